@@ -1,0 +1,31 @@
+# Everything installs from nothing into .venv; the stamp re-runs pip when pyproject changes.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+DLSCHED := $(VENV)/bin/dlsched
+STAMP := $(VENV)/.installed
+CACHE ?= .cache/models
+export TF_CPP_MIN_LOG_LEVEL := 3
+export DLSCHED_CACHE := $(abspath $(CACHE))
+
+.PHONY: venv demo test bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	bash examples/demo.sh
+
+test: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider
+
+bench: $(STAMP)
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) .cache build *.egg-info

@@ -1,0 +1,52 @@
+"""``dlsched inspect MODEL``: what the DAG holds."""
+from __future__ import annotations
+
+import click
+
+from .common import console, emit_json, fmt_bytes, load_graph, model_options
+
+
+@click.command()
+@model_options
+@click.option("--save", type=click.Path(dir_okay=False), help="Also write the DAG to this .dag.json file.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
+def inspect(save, as_json, **model_kw):
+    """Summarise MODEL: ops by type, parameters, transfers, roots and leaves.
+
+    MODEL is an .onnx file, a TF GraphDef (.pb/.pbtxt), a SavedModel folder, a
+    .dag.json, or a PyTorch factory file.py:fn returning (module, example_inputs).
+    """
+    from dlsched.analyses.summary import summarize
+
+    graph = load_graph(**model_kw)
+    summary = summarize(graph)
+    if save:
+        from dlsched.exporters.dag_json import save_dag
+        save_dag(graph, save)
+    if as_json:
+        emit_json(summary)
+        return
+    from rich.table import Table
+
+    t = Table(title=f"{graph.name} ({graph.mode})", show_header=False, title_justify="left")
+    t.add_column(style="bold")
+    t.add_column(justify="right")
+    t.add_row("ops", f"{summary['ops']:,}")
+    t.add_row("compute ops", f"{summary['compute_ops']:,}")
+    t.add_row("recv ops (parameters)", f"{summary['recv_ops']:,}")
+    t.add_row("send ops (gradients)", f"{summary['send_ops']:,}")
+    t.add_row("parameters", f"{summary['param_count']:,}")
+    t.add_row("parameter bytes", f"{fmt_bytes(summary['param_bytes'])}  ({summary['param_bytes']:,} B)")
+    t.add_row("roots / leaves", f"{summary['roots']:,} / {summary['leaves']:,}")
+    t.add_row("longest path (ops)", f"{summary['longest_path']:,}")
+    t.add_row("parameter servers", str(summary["parameter_servers"]))
+    t.add_row("fingerprint", summary["fingerprint"])
+    console.print(t)
+    types = Table(title="compute ops by type", title_justify="left")
+    types.add_column("op type")
+    types.add_column("count", justify="right")
+    for name, n in summary["op_types"].items():
+        types.add_row(name, f"{n:,}")
+    console.print(types)
+    if save:
+        console.print(f"saved DAG to [bold]{save}[/]")

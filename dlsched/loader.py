@@ -1,0 +1,98 @@
+"""Turn a MODEL argument into a :class:`~dlsched.dag.Graph`.
+
+MODEL is a path to ``.onnx``, a TF GraphDef ``.pb``/``.pbtxt``, a SavedModel
+folder, a ``.dag.json``, or a PyTorch factory ``path/to/file.py:fn`` /
+``package.module:fn`` where ``fn()`` returns ``(module, example_inputs)``.
+Frameworks are imported only by the importer that needs them.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from .dag import Graph
+from .errors import ImportFailure
+
+MODES = ("inference", "training")
+_FACTORY = re.compile(r"^(?P<target>.+?):(?P<fn>[A-Za-z_][A-Za-z0-9_]*)$")
+
+
+def detect_format(model: str) -> str:
+    """Return one of ``onnx``, ``graphdef``, ``savedmodel``, ``dag``, ``torch``.
+
+    Raises
+    ------
+    ImportFailure
+        For a missing path or an unknown suffix.
+    """
+    p = Path(model)
+    if model.endswith(".dag.json"):
+        return "dag"
+    if p.suffix == ".onnx":
+        return "onnx"
+    if p.suffix in (".pb", ".pbtxt"):
+        return "graphdef"
+    if p.is_dir():
+        return "savedmodel"
+    m = _FACTORY.match(model)
+    if m and (m["target"].endswith(".py") or re.fullmatch(r"[A-Za-z_][\w.]*", m["target"])):
+        return "torch"
+    if not p.exists():
+        raise ImportFailure(
+            f"{model}: no such file, and not a PyTorch factory of the form file.py:fn or package.module:fn")
+    raise ImportFailure(
+        f"{model}: unknown model format {p.suffix or '(no suffix)'!r}; expected .onnx, .pb, .pbtxt, "
+        f".dag.json, a SavedModel folder, or a PyTorch factory file.py:fn")
+
+
+def load_model(model: str, mode: str = "inference", batch: int | None = None, ps: int | None = None,
+               ps_strategy: str | None = None, buffers: bool = False,
+               frozen_consts: bool = True) -> Graph:
+    """Import ``model`` into the common DAG and assign its parameter servers.
+
+    Parameters
+    ----------
+    model : str
+        See the module docstring.
+    mode : {"inference", "training"}
+    batch : int, optional
+        Overrides a symbolic (or the example's) batch dimension.
+    ps, ps_strategy : int, str, optional
+        Parameter-server count (default 1) and assignment (``round-robin``,
+        the default, or ``greedy``). A saved ``.dag.json`` keeps its own
+        assignment unless these are given.
+    buffers : bool
+        torch only: also turn registered buffers into recv ops.
+    frozen_consts : bool
+        TF only: treat floating-point ``Const`` tensors of rank ≥ 1 in frozen
+        graphs as parameters.
+
+    Raises
+    ------
+    ImportFailure, GraphError
+    """
+    if mode not in MODES:
+        raise ImportFailure(f"unknown mode {mode!r}; expected inference or training")
+    if batch is not None and batch < 1:
+        raise ImportFailure(f"--batch must be at least 1, got {batch}")
+    fmt = detect_format(model)
+    if fmt == "dag":
+        from dlsched.exporters.dag_json import load_dag
+        graph = load_dag(model)
+    elif fmt == "onnx":
+        from .importers.onnx_importer import import_onnx
+        graph = import_onnx(model, mode=mode, batch=batch)
+    elif fmt == "graphdef":
+        from .importers.tf_importer import import_graphdef
+        graph = import_graphdef(model, mode=mode, batch=batch, frozen_consts=frozen_consts)
+    elif fmt == "savedmodel":
+        from .importers.tf_importer import import_saved_model
+        graph = import_saved_model(model, mode=mode, batch=batch)
+    else:
+        from .importers.torch_importer import import_factory
+        graph = import_factory(model, mode=mode, batch=batch, buffers=buffers)
+    graph.validate()
+    if fmt != "dag" or ps is not None or ps_strategy is not None:
+        graph.assign_ps(ps or graph.ps_count if fmt == "dag" else ps or 1,
+                        ps_strategy or (graph.ps_strategy if fmt == "dag" else "round-robin"))
+    return graph
