@@ -62,7 +62,9 @@ def load_model(model: str, mode: str = "inference", batch: int | None = None, ps
         the default, or ``greedy``). A saved ``.dag.json`` keeps its own
         assignment unless these are given.
     buffers : bool
-        torch only: also turn registered buffers into recv ops.
+        Also turn non-trainable floating-point state into recv ops: torch
+        buffers (BatchNorm running statistics), and for ONNX the initializers
+        feeding BatchNormalization's mean/variance inputs.
     frozen_consts : bool
         TF only: treat floating-point ``Const`` tensors of rank ≥ 1 in frozen
         graphs as parameters.
@@ -81,7 +83,7 @@ def load_model(model: str, mode: str = "inference", batch: int | None = None, ps
         graph = load_dag(model)
     elif fmt == "onnx":
         from .importers.onnx_importer import import_onnx
-        graph = import_onnx(model, mode=mode, batch=batch)
+        graph = import_onnx(model, mode=mode, batch=batch, buffers=buffers)
     elif fmt == "graphdef":
         from .importers.tf_importer import import_graphdef
         graph = import_graphdef(model, mode=mode, batch=batch, frozen_consts=frozen_consts)
