@@ -1,0 +1,235 @@
+"""The iteration simulator: TicTac Figure 1, properties over random DAGs, a reference simulator, multi-worker."""
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dlsched.analyses.multiworker import simulate_workers
+from dlsched.analyses.simulate import simulate
+from dlsched.dag import COMPUTE, RECV, Graph
+from dlsched.errors import DlschedError, OracleError
+from dlsched.synthetic import random_dag
+
+
+def fig1():
+    """TicTac Figure 1(a): recv1 → op1; recv1, recv2 → op2; unit times, one channel."""
+    g = Graph("fig1")
+    for n in ("recv1", "recv2"):
+        g.add_op(n, RECV)
+    for n in ("op1", "op2"):
+        g.add_op(n, COMPUTE)
+    for u, v in [("recv1", "op1"), ("recv1", "op2"), ("recv2", "op2")]:
+        g.add_edge(u, v)
+    return g, dict.fromkeys(["recv1", "recv2", "op1", "op2"], 1.0)
+
+
+def test_figure1_good_and_bad_order():
+    g, t = fig1()
+    good = simulate(g, t, {"recv1": 0, "recv2": 1})
+    bad = simulate(g, t, {"recv2": 0, "recv1": 1})
+    assert good.makespan == 3.0
+    assert bad.makespan == 4.0
+    assert good.start["op1"] == 1.0 and good.start["op2"] == 2.0
+    assert bad.start["op1"] == 2.0 and bad.end["op2"] == 4.0
+    assert good.transfer_order() == ["recv1", "recv2"]
+    f = good.frame()
+    assert list(f.columns) == ["op", "kind", "resource", "start", "end", "priority"]
+    assert f.set_index("op").loc["recv2", "priority"] == 1
+
+
+def test_unordered_baseline_draws_both_orders_and_is_seeded():
+    g, t = fig1()
+    spans = {simulate(g, t, seed=s).makespan for s in range(20)}
+    assert spans == {3.0, 4.0}
+    assert simulate(g, t, seed=7).makespan == simulate(g, t, seed=7).makespan
+
+
+def test_unprioritised_transfers_go_last():
+    g, t = fig1()
+    # recv2 has a priority, recv1 none: recv2 first, whatever the seed
+    for s in range(5):
+        assert simulate(g, t, {"recv2": 5}, seed=s).transfer_order() == ["recv2", "recv1"]
+
+
+def test_bad_input():
+    g, t = fig1()
+    with pytest.raises(OracleError, match="op2"):
+        simulate(g, {k: v for k, v in t.items() if k != "op2"})
+    with pytest.raises(DlschedError, match="op1"):
+        simulate(g, t, {"op1": 0})
+
+
+# -- the reference simulator: slow, obviously correct ----------------------------
+
+def reference_makespan(graph, times, priorities):
+    """Decision-point simulation straight from DESIGN §4.6 with an explicit
+    priority map (recvs without one go after, in canonical order)."""
+    ops = graph.ops()
+    preds = {op.name: set(graph.predecessors(op.name)) for op in ops}
+    done, ready_at, running, start, end = set(), {}, {}, {}, {}
+    t = 0.0
+    while len(done) < len(ops):
+        for r, (name, e) in list(running.items()):
+            if e == t:
+                done.add(name)
+                del running[r]
+        for op in ops:
+            if op.name not in ready_at and preds[op.name] <= done:
+                ready_at[op.name] = t
+        for r in graph.resources():
+            if r in running:
+                continue
+            cands = [op for op in ops if op.resource == r and op.name in ready_at and op.name not in start]
+            if not cands:
+                continue
+            if r.endswith("/down"):
+                best = min(cands, key=lambda o: (0, priorities[o.name], o.index) if o.name in priorities
+                           else (1, 0, o.index))
+            else:
+                best = min(cands, key=lambda o: (ready_at[o.name], o.index))
+            start[best.name] = t
+            end[best.name] = t + times[best.name]
+            running[r] = (best.name, end[best.name])
+        if any(e == t for _, e in running.values()):
+            continue
+        if running:
+            t = min(e for _, e in running.values())
+    return max(end.values(), default=0.0), start, end
+
+
+graphs = st.builds(
+    lambda n, p, training, ps, seed, integer: random_dag(n, p, training=training, ps=ps, seed=seed,
+                                                         integer_times=integer),
+    st.integers(1, 30), st.integers(0, 10), st.booleans(), st.integers(1, 3), st.integers(0, 10**6), st.booleans())
+
+
+def draw_priorities(data_rng: random.Random, graph, mode: str):
+    names = [r.name for r in graph.recvs()]
+    if mode == "none":
+        return None
+    if mode == "strict":
+        data_rng.shuffle(names)
+        return {n: i for i, n in enumerate(names)}
+    if mode == "ties":
+        return {n: data_rng.randint(0, 2) for n in names}
+    return {n: data_rng.randint(0, 5) for n in names if data_rng.random() < 0.5}  # partial
+
+
+def bounds_of(graph, times):
+    upper = sum(times.values())
+    loads = {}
+    for op in graph.ops():
+        loads[op.resource] = loads.get(op.resource, 0.0) + times[op.name]
+    return upper, max(loads.values(), default=0.0)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs, st.sampled_from(["none", "strict", "ties", "partial"]), st.integers(0, 1000))
+def test_properties_on_random_dags(gt, mode, seed):
+    graph, times = gt
+    prio = draw_priorities(random.Random(seed), graph, mode)
+    # the reference orders transfers without a priority canonically
+    unordered = "canonical" if mode == "partial" or (mode == "none" and seed % 2) else "random"
+    s = simulate(graph, times, prio, seed=seed, unordered=unordered)
+    m = s.makespan
+    upper, lower = bounds_of(graph, times)
+    tol = 1e-9 * max(1.0, upper)
+    assert lower - tol <= m <= upper + tol
+    if upper > lower:
+        e = (upper - m) / (upper - lower)
+        assert -1e-9 <= e <= 1 + 1e-9
+    start, end = s.start, s.end
+    for u, v in graph.edges():
+        assert end[u] <= start[v] + tol, (u, v)
+    for name in start:
+        assert math.isclose(end[name] - start[name], times[name], rel_tol=1e-9, abs_tol=1e-12)
+    by_res = {}
+    for op in graph.ops():
+        by_res.setdefault(op.resource, []).append((start[op.name], end[op.name]))
+    for spans in by_res.values():
+        spans.sort()
+        for (s0, e0), (s1, e1) in zip(spans, spans[1:]):
+            assert e0 <= s1 + tol
+    # The fast simulator equals the reference under the same explicit order.
+    if mode == "none":
+        explicit = {n: i for i, n in enumerate(s.transfer_order())}
+        if unordered == "canonical":
+            for r in graph.resources():
+                served = sorted((op for op in graph.recvs() if op.resource == r), key=lambda o: start[o.name])
+                assert [o.index for o in served] == sorted(o.index for o in served)
+    else:
+        explicit = prio
+    ref, _, _ = reference_makespan(graph, times, explicit)
+    assert math.isclose(ref, m, rel_tol=1e-12, abs_tol=1e-12), (ref, m)
+
+
+def test_no_idling_while_work_is_ready():
+    """Work-conserving: whenever a resource is idle, none of its ops is ready."""
+    g, t = random_dag(60, 15, training=True, ps=2, seed=11)
+    s = simulate(g, t, seed=3)
+    start, end = s.start, s.end
+    for op in g.ops():
+        ready = max((end[p] for p in g.predecessors(op.name)), default=0.0)
+        if start[op.name] > ready:
+            # something else was running on that resource just before it started
+            assert any(abs(end[o.name] - start[op.name]) < 1e-12 for o in g.ops()
+                       if o.resource == op.resource and o.name != op.name)
+
+
+# -- multi-worker -------------------------------------------------------------------
+
+@pytest.mark.parametrize("sharing", ["serial", "fair"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_one_worker_equals_single_worker_simulator(sharing, seed):
+    g, t = random_dag(50, 12, training=True, ps=1 + seed, seed=seed, integer_times=seed == 1)
+    prio = {r.name: i for i, r in enumerate(reversed(g.recvs()))}
+    r = simulate_workers(g, t, workers=1, priorities=prio, iterations=2, sharing=sharing)
+    assert r.per_iteration["iteration_time"].tolist() == [simulate(g, t, prio).makespan] * 2
+    assert r.per_iteration["straggler_share"].tolist() == [0.0, 0.0]
+
+
+def test_straggler_share_range_and_unordered_workers_differ():
+    g, t = random_dag(40, 16, training=True, ps=2, seed=5)
+    r = simulate_workers(g, t, workers=4, iterations=20, seed=3)
+    share = r.per_iteration["straggler_share"]
+    assert ((share >= 0) & (share < 1)).all()
+    assert share.max() > 0  # random orders per worker make stragglers
+    assert len(r.per_worker) == 80
+    s = r.summary()
+    assert s["iteration_time"]["p50"] <= s["iteration_time"]["p95"] <= s["iteration_time"]["max"]
+    it = r.per_iteration.set_index("iteration")["iteration_time"]
+    assert (r.per_worker.groupby("iteration")["makespan"].max() == it).all()
+
+
+def test_enforced_identical_workers_have_no_stragglers_with_fair_links():
+    g, t = random_dag(40, 16, training=True, ps=2, seed=5)
+    prio = {r.name: i for i, r in enumerate(g.recvs())}
+    r = simulate_workers(g, t, workers=4, priorities=prio, iterations=3, sharing="fair")
+    assert (r.per_iteration["straggler_share"] == 0).all()
+    assert r.per_iteration["iteration_time"].nunique() == 1
+
+
+def test_enforced_serial_links_are_deterministic_and_jitter_varies_iterations():
+    g, t = random_dag(40, 16, training=True, ps=2, seed=5)
+    prio = {r.name: i for i, r in enumerate(g.recvs())}
+    r = simulate_workers(g, t, workers=3, priorities=prio, iterations=3)  # serial: one transfer at a time
+    assert r.per_iteration["iteration_time"].nunique() == 1
+    assert (r.per_iteration["straggler_share"] < 0.5).all()
+    # the shared link serialises the workers' transfers: no faster than one worker alone
+    assert r.per_iteration["iteration_time"].iloc[0] >= simulate(g, t, prio).makespan - 1e-12
+    j = simulate_workers(g, t, workers=3, priorities=prio, iterations=5, jitter=0.2, seed=1)
+    assert j.per_iteration["iteration_time"].nunique() == 5
+    assert j.per_iteration["straggler_share"].max() > 0
+    j2 = simulate_workers(g, t, workers=3, priorities=prio, iterations=5, jitter=0.2, seed=1)
+    assert j.per_iteration.equals(j2.per_iteration)
+
+
+def test_multiworker_rejects_bad_arguments():
+    g, t = fig1()
+    for kw in ({"workers": 0}, {"iterations": 0}, {"jitter": -1.0}, {"sharing": "magic"}):
+        with pytest.raises(DlschedError):
+            simulate_workers(g, t, **kw)
