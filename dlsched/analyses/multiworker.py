@@ -1,0 +1,356 @@
+"""Synchronous parameter-server training with several workers (DESIGN §4.6).
+
+``W`` identical workers each run the whole graph on their own compute
+resource. Every parameter server's downlink (``ps:K/down``) and uplink
+(``ps:K/up``) is shared by all workers. An iteration ends when the slowest
+worker finishes (synchronous training), so a worker with a bad transfer order
+makes all others wait: the straggler effect of TicTac §2.2 and §6.
+
+Link sharing (``sharing``):
+
+``"serial"`` (default, DESIGN §4.6)
+    A link serves one transfer at a time, whichever worker it is for. It takes
+    the ready transfer with the lowest (priority rank, worker turn) — at equal
+    rank the workers are served round-robin, and the worker that goes first
+    rotates every iteration so no worker is favoured for good. Gradient sends
+    go first-ready-first.
+``"fair"``
+    Each worker has its own stream on every link, which carries one transfer
+    at a time (TicTac §5.1: one gRPC channel per worker–server pair), and the
+    link's capacity is split evenly among the streams with a transfer in
+    flight (processor sharing). Identical workers under the same enforced
+    order then progress in lock-step and finish together.
+
+Transfer orders: with ``priorities`` every worker enforces the same order;
+without, each worker draws its own random order, per worker and per
+iteration (what an unordered framework does).
+
+Jitter: with ``jitter = σ > 0`` every op's time on every worker in every
+iteration is multiplied by an independent lognormal factor
+``exp(σ·Z − σ²/2)``, ``Z ~ N(0, 1)`` (mean 1, so the oracle stays the mean
+time), seeded by ``seed``. ``σ = 0`` (default) gives identical iterations for
+enforced orders.
+
+Reported per iteration: the iteration time (slowest worker), each worker's
+makespan and scheduling efficiency ``E`` (against the single-worker bounds
+``U``/``L`` of the oracle; with shared links ``E`` can fall below 0 because a
+worker waits for others' transfers), and the **straggler share**
+``(max_i m_i − min_i m_i) / max_i m_i``.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import numpy as np
+
+from dlsched.dag import RECV, Graph
+from dlsched.errors import DlschedError
+
+from .simulate import SimGraph, compile_graph, transfer_ranks
+
+SHARING = ("serial", "fair")
+
+
+@dataclass
+class MultiWorkerResult:
+    """Outcome of :func:`simulate_workers`.
+
+    Attributes
+    ----------
+    per_worker : pandas.DataFrame
+        One row per (iteration, worker): ``iteration``, ``worker``,
+        ``makespan``, ``efficiency``, ``iteration_time``, ``wait`` (time spent
+        waiting for the slowest worker).
+    per_iteration : pandas.DataFrame
+        One row per iteration: ``iteration``, ``iteration_time``,
+        ``fastest``, ``slowest``, ``straggler_share``, ``mean_efficiency``.
+    upper, lower : float
+        Single-worker bounds ``U`` and ``L`` of the oracle (TicTac §3.2).
+    timeline : pandas.DataFrame
+        The first iteration's ops: ``worker``, ``op``, ``kind``, ``resource``,
+        ``start``, ``end``, ``priority`` (for trace and Gantt exports).
+    """
+
+    per_worker: object
+    per_iteration: object
+    upper: float
+    lower: float
+    workers: int
+    iterations: int
+    sharing: str
+    enforced: bool
+    timeline: object = None
+    extra: dict = field(default_factory=dict)
+
+    def summary(self) -> dict:
+        """Mean, p50 and p95 of the iteration time, straggler share and efficiency."""
+        it = self.per_iteration
+
+        def stats(col):
+            v = it[col].to_numpy(dtype=float)
+            return {"mean": float(v.mean()), "p50": float(np.percentile(v, 50)), "p95": float(np.percentile(v, 95)),
+                    "min": float(v.min()), "max": float(v.max())}
+
+        return {
+            "workers": self.workers,
+            "iterations": self.iterations,
+            "sharing": self.sharing,
+            "enforced": self.enforced,
+            "iteration_time": stats("iteration_time"),
+            "straggler_share": stats("straggler_share"),
+            "efficiency": stats("mean_efficiency"),
+        }
+
+    def summary_frame(self):
+        """:meth:`summary`'s statistics as a DataFrame (rows: metric; columns: mean, p50, p95, min, max)."""
+        import pandas as pd
+
+        s = self.summary()
+        return pd.DataFrame({k: s[k] for k in ("iteration_time", "straggler_share", "efficiency")}).T
+
+
+def _run_workers(sg: SimGraph, durs: list[list[float]], ranks: list[list[int]], turn: list[int],
+                 sharing: str) -> tuple[list[list[float]], list[list[float]]]:
+    """Simulate one iteration of ``len(durs)`` workers sharing the links.
+
+    Global op id ``g = w·n + i``. Resources: worker ``w``'s compute is
+    ``('c', w)``; link ``k`` is shared and holds one queue per stream
+    (one stream in total for ``serial``, one per worker for ``fair``).
+    """
+    n, W = sg.n, len(durs)
+    res, succ, kinds = sg.res, sg.succ, sg.kinds
+    is_chan = [not r.startswith("compute") for r in sg.resources]
+    is_recv = [k == RECV for k in kinds]
+    nres = len(sg.resources)
+    push, pop = heapq.heappush, heapq.heappop
+    remaining = [sg.indeg[:] for _ in range(W)]
+    start = [[0.0] * n for _ in range(W)]
+    end = [[0.0] * n for _ in range(W)]
+    streams = W if sharing == "fair" else 1
+    # Compute: per (worker, resource) ready heap; channels: per (resource, stream) heap.
+    cq = {}
+    cbusy = {}
+    chq = {}
+    sbusy = {}
+    active: dict[int, dict[int, list]] = {k: {} for k in range(nres) if is_chan[k]}  # k -> {g: [remaining work]}
+    last = dict.fromkeys(active, 0.0)
+    token = {}
+    events: list = []
+
+    def key(w, i, t):
+        if is_recv[i]:
+            return (ranks[w][i], turn[w], i)
+        return (t, turn[w], i)
+
+    def enqueue(w, i, t):
+        k = res[i]
+        if is_chan[k]:
+            s = w if streams > 1 else 0
+            heapq.heappush(chq.setdefault((k, s), []), (key(w, i, t), w, i))
+        else:
+            heapq.heappush(cq.setdefault((w, k), []), ((t, i), w, i))
+
+    def settle(k, t):
+        """Advance the remaining work of link k's transfers to time t."""
+        act = active[k]
+        if act:
+            rate = 1.0 / len(act)
+            dt = t - last[k]
+            for g in act:
+                act[g][0] -= dt * rate
+        last[k] = t
+
+    def reschedule(k, t):
+        act = active[k]
+        if not act:
+            return
+        rate = 1.0 / len(act)
+        for g, st in act.items():
+            token[g] = token.get(g, 0) + 1
+            push(events, (t + max(st[0], 0.0) / rate, token[g], g))
+
+    def dispatch(t, touched):
+        links = set()
+        for (kind, a, b) in touched:
+            if kind == "c":
+                w, k = a, b
+                q = cq.get((w, k))
+                if q and not cbusy.get((w, k)):
+                    _, w, i = pop(q)
+                    cbusy[(w, k)] = True
+                    g = w * n + i
+                    start[w][i] = t
+                    token[g] = token.get(g, 0) + 1
+                    push(events, (t + durs[w][i], token[g], g))
+            else:
+                k, s = a, b
+                q = chq.get((k, s))
+                if q and not sbusy.get((k, s)):
+                    if k not in links:
+                        settle(k, t)
+                        links.add(k)
+                    _, w, i = pop(q)
+                    sbusy[(k, s)] = True
+                    g = w * n + i
+                    start[w][i] = t
+                    active[k][g] = [durs[w][i]]
+        for k in links:
+            reschedule(k, t)
+
+    touched = set()
+    for w in range(W):
+        for i in range(n):
+            if remaining[w][i] == 0:
+                enqueue(w, i, 0.0)
+                k = res[i]
+                touched.add(("l", k, w if streams > 1 else 0) if is_chan[k] else ("c", w, k))
+    dispatch(0.0, sorted(touched))
+    done = 0
+    while events:
+        t, tok, g = pop(events)
+        if token.get(g) != tok:
+            continue  # superseded by a rate change on its link
+        batch = [g]
+        while events and events[0][0] == t:
+            _, tok2, g2 = pop(events)
+            if token.get(g2) == tok2:
+                batch.append(g2)
+        touched = set()
+        freed_links = set()
+        for g in batch:
+            w, i = divmod(g, n)
+            token[g] = -1
+            done += 1
+            end[w][i] = t
+            k = res[i]
+            if is_chan[k]:
+                if k not in freed_links:
+                    settle(k, t)
+                    freed_links.add(k)
+                del active[k][g]
+                s = w if streams > 1 else 0
+                sbusy[(k, s)] = False
+                touched.add(("l", k, s))
+            else:
+                cbusy[(w, k)] = False
+                touched.add(("c", w, k))
+            rem = remaining[w]
+            for j in succ[i]:
+                rem[j] -= 1
+                if rem[j] == 0:
+                    enqueue(w, j, t)
+                    kj = res[j]
+                    touched.add(("l", kj, w if streams > 1 else 0) if is_chan[kj] else ("c", w, kj))
+        dispatch(t, sorted(touched))
+        # links whose set of transfers shrank but got no new one: remaining transfers speed up
+        for k in freed_links:
+            if active[k] and last[k] == t:
+                reschedule(k, t)
+    if done != W * n:
+        raise DlschedError(f"multi-worker simulation of model {sg.graph.name!r} stalled; the graph has a cycle")
+    return start, end
+
+
+def simulate_workers(graph: Graph, times: Mapping[str, float], workers: int = 2,
+                     priorities: Mapping[str, int] | None = None, iterations: int = 1, seed: int = 0,
+                     jitter: float = 0.0, sharing: str = "serial", keep_timeline: bool = True) -> MultiWorkerResult:
+    """Simulate ``iterations`` synchronous iterations of ``workers`` identical workers.
+
+    Parameters
+    ----------
+    graph : Graph
+    times : dict
+        ``{op name: seconds}`` for every op.
+    workers : int
+        Number of workers ``W`` (≥ 1).
+    priorities : dict, optional
+        Enforced ``{recv name: priority}``, the same on every worker. ``None``:
+        every worker draws its own random order, per iteration.
+    iterations : int
+    seed : int
+        Seeds the random orders and the jitter.
+    jitter : float
+        Lognormal ``σ`` of per-op multiplicative noise (0: none); see the module docstring.
+    sharing : {"serial", "fair"}
+        How workers share a server link; see the module docstring.
+    keep_timeline : bool
+        Keep the first iteration's per-op timeline (for exports).
+
+    Returns
+    -------
+    MultiWorkerResult
+
+    Raises
+    ------
+    DlschedError
+        ``workers`` or ``iterations`` below 1, negative jitter, an unknown sharing mode.
+
+    Example
+    -------
+    >>> from dlsched.synthetic import random_dag
+    >>> g, t = random_dag(30, 8, training=True, seed=2)
+    >>> r = simulate_workers(g, t, workers=4, iterations=5, seed=1)
+    >>> sorted(r.summary()["iteration_time"])
+    ['max', 'mean', 'min', 'p50', 'p95']
+
+    References
+    ----------
+    TicTac §2.2 and §6 (random orders across workers cause stragglers), §3.2 (E).
+    """
+    import pandas as pd
+
+    if workers < 1:
+        raise DlschedError(f"--workers must be at least 1, got {workers}")
+    if iterations < 1:
+        raise DlschedError(f"--iterations must be at least 1, got {iterations}")
+    if not (jitter >= 0 and math.isfinite(jitter)):
+        raise DlschedError(f"--jitter must be a finite number ≥ 0, got {jitter}")
+    if sharing not in SHARING:
+        raise DlschedError(f"unknown link sharing {sharing!r}; expected one of {', '.join(SHARING)}")
+    from .bounds import bounds, efficiency
+
+    sg = compile_graph(graph, times)
+    b = bounds(graph, times)
+    upper, lower = float(b.upper), float(b.lower)
+    base = np.asarray(sg.dur, dtype=float)
+    rng = np.random.default_rng(seed)
+    enforced = priorities is not None
+    fixed_rank = transfer_ranks(sg, priorities, seed, "canonical") if enforced else None
+    rows, its = [], []
+    timeline = None
+    for it in range(iterations):
+        if jitter > 0:
+            noise = rng.lognormal(-jitter * jitter / 2, jitter, size=(workers, sg.n))
+            durs = (base[None, :] * noise).tolist()
+        else:
+            durs = [sg.dur] * workers
+        if enforced:
+            ranks = [fixed_rank] * workers
+        else:
+            ranks = [transfer_ranks(sg, None, int(rng.integers(2**31)), "random") for _ in range(workers)]
+        turn = [(w - it) % workers for w in range(workers)]
+        start, end = _run_workers(sg, durs, ranks, turn, sharing)
+        spans = [max(e, default=0.0) for e in end]
+        slow, fast = max(spans), min(spans)
+        effs = [float(efficiency(upper, lower, m)) for m in spans]
+        for w in range(workers):
+            rows.append({"iteration": it, "worker": w, "makespan": spans[w], "efficiency": effs[w],
+                         "iteration_time": slow, "wait": slow - spans[w]})
+        its.append({"iteration": it, "iteration_time": slow, "fastest": fast, "slowest": slow,
+                    "straggler_share": (slow - fast) / slow if slow > 0 else 0.0,
+                    "mean_efficiency": float(np.mean(effs))})
+        if it == 0 and keep_timeline:
+            frames = []
+            for w in range(workers):
+                p = priorities if enforced else {sg.names[i]: ranks[w][i] for i in sg.recv_ids}
+                frames.append(pd.DataFrame({
+                    "worker": w, "op": sg.names, "kind": sg.kinds,
+                    "resource": [sg.resources[k] for k in sg.res],
+                    "start": start[w], "end": end[w],
+                    "priority": [p.get(nm, np.nan) for nm in sg.names]}))
+            timeline = pd.concat(frames, ignore_index=True)
+    return MultiWorkerResult(pd.DataFrame(rows), pd.DataFrame(its), upper, lower, workers, iterations, sharing,
+                             enforced, timeline)
