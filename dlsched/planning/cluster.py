@@ -1,0 +1,116 @@
+"""Cluster sizing: devices for a target speedup and parameter servers (paper ``003_*`` §3.2–3.3).
+
+Lemma 3.1: with overhead ratio ``R_O = T_O / T_C`` (time that cannot be hidden
+behind computation over computation time), ``G`` devices run at efficiency
+``α = (1 + R_O) / (1 + G·R_O)``, a speedup of ``G·α``. The speedup grows with
+``G`` towards ``1 + 1/R_O`` and never reaches it.
+
+Lemma 3.2: ``N_w`` workers pulling and pushing ``S_p`` bytes of parameters per
+round over links of ``B_ps`` bytes/s hide that traffic behind a round of
+computation ``T_C`` with ``N_ps = ⌈2·S_p·N_w / (B_ps·T_C)⌉`` parameter servers.
+
+Example
+-------
+>>> devices_needed(0.1, 3)
+4
+>>> devices_needed(0.1, 12) is None
+True
+>>> parameter_servers(180e6, 4, 10e9 / 8, 0.5)
+3
+"""
+from __future__ import annotations
+
+import math
+
+from dlsched.errors import DlschedError
+
+
+def _check_ratio(overhead_ratio: float) -> None:
+    if not (overhead_ratio >= 0) or not math.isfinite(overhead_ratio):
+        raise DlschedError(f"--overhead-ratio must be a finite number ≥ 0, got {overhead_ratio}")
+
+
+def efficiency(overhead_ratio: float, devices: int) -> float:
+    """Lemma 3.1: ``α = (1 + R_O) / (1 + G·R_O)``."""
+    _check_ratio(overhead_ratio)
+    if devices < 1:
+        raise DlschedError(f"the device count must be ≥ 1, got {devices}")
+    R = overhead_ratio
+    return (1 + R) / (1 + devices * R)
+
+
+def speedup(overhead_ratio: float, devices: int) -> float:
+    """``G·α``: the speedup of ``devices`` over one device."""
+    return devices * efficiency(overhead_ratio, devices)
+
+
+def speedup_limit(overhead_ratio: float) -> float:
+    """``1 + 1/R_O``, the supremum of ``G·α`` (``inf`` when ``R_O = 0``)."""
+    _check_ratio(overhead_ratio)
+    return math.inf if overhead_ratio == 0 else 1 + 1 / overhead_ratio
+
+
+def devices_needed(overhead_ratio: float, target_speedup: float) -> int | None:
+    """Smallest ``G`` with ``G·α ≥ target``; ``None`` when the target is unreachable.
+
+    ``G·(1 + R) / (1 + G·R) ≥ S`` ⟺ ``G·(1 + R − S·R) ≥ S``, solvable iff
+    ``S < 1 + 1/R``; then ``G = ⌈S / (1 + R − S·R)⌉``.
+
+    Raises
+    ------
+    DlschedError
+        A negative ratio or a target speedup that is not positive.
+    """
+    _check_ratio(overhead_ratio)
+    if not (target_speedup > 0) or not math.isfinite(target_speedup):
+        raise DlschedError(f"--target-speedup must be a positive number, got {target_speedup}")
+    R, S = overhead_ratio, target_speedup
+    if S <= 1:
+        return 1
+    if S >= speedup_limit(R):
+        return None
+    G = max(1, math.ceil(S / (1 + R - S * R) - 1e-9))
+    # guard the float boundary both ways
+    while G > 1 and speedup(R, G - 1) >= S:
+        G -= 1
+    while speedup(R, G) < S * (1 - 1e-12):
+        G += 1
+    return G
+
+
+def parameter_servers(param_bytes: float, workers: int, bandwidth: float, compute_time: float) -> int:
+    """Lemma 3.2: ``N_ps = ⌈2·S_p·N_w / (B_ps·T_C)⌉``.
+
+    Parameters
+    ----------
+    param_bytes : float
+        ``S_p``, bytes of parameters pulled (and gradients pushed) per round.
+    workers : int
+        ``N_w``.
+    bandwidth : float
+        ``B_ps`` in bytes per second (per parameter server).
+    compute_time : float
+        ``T_C`` in seconds, one round of computation on a worker.
+
+    Raises
+    ------
+    DlschedError
+        Non-positive inputs.
+    """
+    if param_bytes <= 0 or workers < 1 or bandwidth <= 0 or compute_time <= 0:
+        raise DlschedError(
+            "the parameter-server lemma needs positive --param-bytes, --workers, --bandwidth and --compute-time "
+            f"(got {param_bytes} B, {workers} workers, {bandwidth} B/s, {compute_time} s)")
+    ratio = 2 * param_bytes * workers / (bandwidth * compute_time)
+    return max(1, math.ceil(ratio - 1e-9))
+
+
+def scaling_table(overhead_ratio: float, max_devices: int):
+    """Efficiency and speedup for 1..``max_devices`` devices (DataFrame: devices, efficiency, speedup)."""
+    import pandas as pd
+
+    if max_devices < 1:
+        raise DlschedError(f"--max-devices must be ≥ 1, got {max_devices}")
+    rows = [{"devices": g, "efficiency": efficiency(overhead_ratio, g), "speedup": speedup(overhead_ratio, g)}
+            for g in range(1, max_devices + 1)]
+    return pd.DataFrame(rows, columns=["devices", "efficiency", "speedup"])

@@ -1,0 +1,339 @@
+"""Measured memory estimate: peak memory of real training steps (DESIGN §5).
+
+A training step is forward + backward + the optimizer's step (SGD, SGD with
+momentum, or Adam) of a PyTorch factory ``file.py:fn`` at a given batch. One
+warm-up step at batch 1 first creates the optimizer state and the lazily
+allocated buffers, so the measured step is a steady-state one (state already
+resident, gradients set to ``None`` by ``zero_grad``, as in a training loop).
+
+Peak measurement
+----------------
+- CUDA: ``torch.cuda.reset_peak_memory_stats`` before the step,
+  ``torch.cuda.max_memory_allocated`` after it (everything resident on the
+  device, parameters and optimizer state included).
+- CPU: ``torch.profiler.profile(profile_memory=True)`` records every
+  allocation and free of the CPU tensor allocator during the step (the input
+  batch is created inside it); their running sum's maximum is the step's
+  peak above what was resident before, to which the bytes of the resident
+  tensors (parameters, buffers, optimizer state) are added.
+
+:func:`measured_estimate` fits ``peak(b) = intercept + slope·b`` by least
+squares over two or more batches: ``M_act`` = slope, and the intercept minus
+parameters, gradients and optimizer state becomes ``fixed_bytes``.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import inspect
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from dlsched.errors import DlschedError, ImportFailure
+
+from .memory import MemoryEstimate, optimizer_copies
+
+
+@dataclass
+class StepMeasurement:
+    """One measured training step."""
+
+    batch: int
+    peak_bytes: float      # peak memory of the step, resident state included
+    resident_bytes: float  # parameters + buffers + optimizer state before the step
+    seconds: float | None  # wall time of an unprofiled step (None when not timed)
+    device: str
+    method: str
+
+
+def load_factory(spec: str):
+    """Resolve ``path/to/file.py:fn`` or ``package.module:fn`` to the callable.
+
+    Raises
+    ------
+    ImportFailure
+        Not of that form, missing file, or no such function.
+    """
+    if ":" not in spec:
+        raise ImportFailure(f"{spec}: --measure needs a PyTorch factory of the form file.py:fn or package.module:fn")
+    target, fn = spec.rsplit(":", 1)
+    try:
+        if target.endswith(".py"):
+            path = Path(target).resolve()
+            if not path.exists():
+                raise ImportFailure(f"{target}: no such file")
+            name = f"_dlsched_measure_{path.stem}_{abs(hash(str(path)))}"
+            module = sys.modules.get(name)
+            if module is None:
+                s = importlib.util.spec_from_file_location(name, path)
+                module = importlib.util.module_from_spec(s)
+                sys.modules[name] = module
+                s.loader.exec_module(module)
+        else:
+            module = importlib.import_module(target)
+    except ImportFailure:
+        raise
+    except Exception as e:  # user code can raise anything while importing
+        raise ImportFailure(f"{spec}: importing the factory failed ({type(e).__name__}: {e})") from None
+    factory = getattr(module, fn, None)
+    if not callable(factory):
+        raise ImportFailure(f"{spec}: {target} has no function {fn!r}")
+    return factory
+
+
+def _build(factory, spec: str, batch: int):
+    """Call the factory at ``batch``; returns (module, inputs tuple)."""
+    import torch
+
+    try:
+        takes_batch = "batch" in inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        takes_batch = False
+    try:
+        result = factory(batch=batch) if takes_batch else factory()
+        module, inputs = result
+    except Exception as e:
+        raise ImportFailure(f"{spec}: the factory failed or did not return (module, example_inputs) "
+                            f"({type(e).__name__}: {e})") from None
+    if not isinstance(inputs, (tuple, list)):
+        inputs = (inputs,)
+    if not takes_batch:  # resize the leading dimension by repetition
+        inputs = tuple(x[:1].repeat(batch, *([1] * (x.dim() - 1))) if isinstance(x, torch.Tensor) and x.dim()
+                       else x for x in inputs)
+    return module, tuple(inputs)
+
+
+def _make_optimizer(module, optimizer: str):
+    import torch
+
+    optimizer_copies(optimizer)
+    params = [p for p in module.parameters() if p.requires_grad]
+    if optimizer == "sgd":
+        return torch.optim.SGD(params, lr=1e-3)
+    if optimizer == "momentum":
+        return torch.optim.SGD(params, lr=1e-3, momentum=0.9)
+    return torch.optim.Adam(params, lr=1e-3)
+
+
+def _loss(out):
+    import torch
+
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    terms = [o.float().pow(2).mean() for o in outs if isinstance(o, torch.Tensor) and o.is_floating_point()]
+    if not terms:
+        raise DlschedError("the model returned no floating-point output to train on")
+    return sum(terms)
+
+
+def _tensor_bytes(tensors) -> int:
+    seen, total = set(), 0
+    for t in tensors:
+        key = (t.untyped_storage().data_ptr(), t.device)
+        if key in seen:
+            continue
+        seen.add(key)
+        total += t.untyped_storage().nbytes()
+    return total
+
+
+def _resident_bytes(module, opt) -> int:
+    import torch
+
+    state = [v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
+    return _tensor_bytes([*module.parameters(), *module.buffers(), *state])
+
+
+def _cpu_peak(step) -> int:
+    """Running peak of CPU allocator bytes while ``step()`` runs (profiler memory events)."""
+    import warnings
+
+    from torch.profiler import ProfilerActivity, profile
+
+    with warnings.catch_warnings(), _quiet_fd2():
+        warnings.simplefilter("ignore")
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            step()
+    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    events.sort(key=lambda e: e.start_ns())
+    current = peak = 0
+    for e in events:
+        if e.device_type().name != "CPU":
+            continue
+        current += e.nbytes()
+        peak = max(peak, current)
+    return peak
+
+
+@contextlib.contextmanager
+def _quiet_fd2():
+    """Silence the profiler's C++ start/stop lines written straight to fd 2."""
+    import os
+
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        sys.stderr.flush()
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def measure_step(spec: str, batch: int, optimizer: str = "sgd", device: str = "cpu",
+                 time_step: bool = False) -> StepMeasurement:
+    """Peak memory of one real training step of factory ``spec`` at ``batch``.
+
+    Parameters
+    ----------
+    spec : str
+        ``file.py:fn`` or ``package.module:fn`` returning ``(module, inputs)``.
+    batch : int
+    optimizer : {"sgd", "momentum", "adam"}
+    device : {"cpu", "cuda"}
+    time_step : bool
+        Also time one more, unprofiled step (for throughput tables).
+
+    Returns
+    -------
+    StepMeasurement
+
+    Raises
+    ------
+    DlschedError
+        No CUDA device when ``device="cuda"``; a factory that fails.
+
+    Example
+    -------
+    >>> m = measure_step("examples/torch_models.py:small_cnn", 4)   # doctest: +SKIP
+    >>> m.peak_bytes > m.resident_bytes   # doctest: +SKIP
+    True
+    """
+    import torch
+
+    optimizer = optimizer.lower()
+    if device not in ("cpu", "cuda"):
+        raise DlschedError(f"unknown device {device!r}; expected cpu or cuda")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise DlschedError("--device cuda: no CUDA device is available on this machine")
+    if batch < 1:
+        raise DlschedError(f"batch must be at least 1, got {batch}")
+    factory = load_factory(spec)
+    module, inputs = _build(factory, spec, batch)
+    module = module.to(device).train()
+    shapes = [(x.shape, x.dtype) if isinstance(x, torch.Tensor) else None for x in inputs]
+    # keep one sample of each input (token ids are reused); drop the full example batch
+    inputs = [x[:1].clone() if isinstance(x, torch.Tensor) and x.dim() else x for x in inputs]
+    opt = _make_optimizer(module, optimizer)
+
+    def make_inputs(b):
+        out = []
+        for x, sd in zip(inputs, shapes):
+            if sd is None:
+                out.append(x)
+            elif sd[1].is_floating_point:
+                out.append(torch.randn((b, *sd[0][1:]), dtype=sd[1], device=device))
+            else:  # token ids: reuse the example's values, repeated to the batch
+                out.append(x[:1].to(device).repeat(b, *([1] * (x.dim() - 1))))
+        return out
+
+    def step(b=batch):
+        opt.zero_grad(set_to_none=True)
+        loss = _loss(module(*make_inputs(b)))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    try:
+        try:
+            step(1)  # warm-up: optimizer state and lazy buffers
+        except Exception:
+            step(batch)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        resident = _resident_bytes(module, opt)
+        if device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+            step()
+            torch.cuda.synchronize()
+            peak, method = float(torch.cuda.max_memory_allocated()), "torch.cuda.max_memory_allocated"
+        else:
+            peak = float(resident + _cpu_peak(step))
+            method = "torch.profiler allocation events (running peak) + resident tensors"
+        seconds = None
+        if time_step:
+            t0 = time.perf_counter()
+            step()
+            if device == "cuda":
+                torch.cuda.synchronize()
+            seconds = time.perf_counter() - t0
+    except DlschedError:
+        raise
+    except RuntimeError as e:
+        raise DlschedError(f"{spec}: a training step at batch {batch} on {device} failed ({e})") from None
+    return StepMeasurement(batch, peak, float(resident), seconds, device, method)
+
+
+def measured_estimate(spec: str, batches=(2, 4), optimizer: str = "sgd", device: str = "cpu",
+                      time_steps: bool = False) -> tuple[MemoryEstimate, list[StepMeasurement]]:
+    """Fit ``M(b)`` to the peak memory of real training steps at ``batches``.
+
+    Parameters
+    ----------
+    spec : str
+        PyTorch factory ``file.py:fn``.
+    batches : sequence of int
+        Two or more distinct batch sizes.
+    optimizer, device : str
+        See :func:`measure_step`.
+    time_steps : bool
+        Also time one unprofiled step per batch.
+
+    Returns
+    -------
+    (MemoryEstimate, list of StepMeasurement)
+        ``estimate="measured"``: ``M_act`` = least-squares slope of peak vs
+        batch; ``param_bytes`` from the module's trainable parameters;
+        ``fixed_bytes`` = intercept − parameters·(2 + k_opt).
+
+    Raises
+    ------
+    DlschedError
+        Fewer than two distinct batches, or a failing step.
+    """
+    batches = sorted({int(b) for b in batches})
+    if len(batches) < 2 or batches[0] < 1:
+        raise DlschedError(f"the measured estimate needs two or more distinct batch sizes ≥ 1, got {batches}")
+    points = [measure_step(spec, b, optimizer, device, time_steps) for b in batches]
+    import torch
+
+    module, _ = _build(load_factory(spec), spec, 1)
+    param_bytes = float(sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad))
+    del module
+    n = len(points)
+    mean_b = sum(p.batch for p in points) / n
+    mean_m = sum(p.peak_bytes for p in points) / n
+    sxx = sum((p.batch - mean_b) ** 2 for p in points)
+    slope = sum((p.batch - mean_b) * (p.peak_bytes - mean_m) for p in points) / sxx
+    intercept = mean_m - slope * mean_b
+    if slope <= 0:
+        raise DlschedError(f"{spec}: measured peak memory does not grow with the batch ({', '.join(f'{p.batch}: {p.peak_bytes:.0f} B' for p in points)}); "
+                           "measure at larger, more distinct batch sizes")
+    est = MemoryEstimate(
+        model=spec, estimate="measured", optimizer=optimizer.lower(), param_bytes=param_bytes,
+        activation_bytes_per_sample=slope, workspace_bytes_per_sample=0.0,
+        fixed_bytes=intercept - param_bytes * (2 + optimizer_copies(optimizer)),
+        details={"device": device, "method": points[0].method, "torch": torch.__version__,
+                 "points": [{"batch": p.batch, "peak": p.peak_bytes} for p in points],
+                 "intercept": intercept},
+    )
+    return est, points

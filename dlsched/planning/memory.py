@@ -1,0 +1,348 @@
+"""Memory of one training step, and the largest batch that fits (DESIGN §5).
+
+The model (paper ``003_*`` §3.1.3, equations 2–5, generalised to any DAG):
+
+    M(b) = M_params·(1 + 1 + k_opt) + b·(M_act + M_work) + M_fixed
+
+with parameters, their gradients and ``k_opt`` optimizer state copies (SGD 0,
+momentum 1, Adam 2), ``M_act`` the activation bytes kept per sample for the
+backward pass, ``M_work`` the per-sample workspace and ``M_fixed`` a constant
+(zero for the static estimate; the measured fit's leftover intercept).
+
+Two estimates produce a :class:`MemoryEstimate`:
+
+- :func:`static_estimate` reads it off a training DAG (this module);
+- :func:`dlsched.planning.measure.measured_estimate` fits it to the peak
+  memory of real training steps.
+
+Example
+-------
+>>> from dlsched.synthetic import random_dag
+>>> g, _ = random_dag(10, 4, training=True, seed=0)
+>>> est = static_estimate(g, optimizer="adam")
+>>> est.estimate, est.activation_bytes_per_sample
+('static', 640.0)
+>>> est.largest_batch(est.total(5) / 0.9)
+5
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+from dlsched.dag import COMPUTE, RECV, Graph, dtype_size
+from dlsched.errors import DlschedError
+
+OPTIMIZER_STATE_COPIES = {"sgd": 0, "momentum": 1, "adam": 2}
+
+# Ops whose output aliases their first input's storage (torch aten names,
+# ONNX/TF spellings): a saved view keeps its base alive, so liveness counts
+# the base once instead of the view.
+VIEW_OPS = frozenset({
+    "view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand", "squeeze", "unsqueeze",
+    "alias", "detach", "slice", "select", "as_strided", "flatten", "unflatten", "view_as", "numpy_t",
+    "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "ExpandDims", "StopGradient",
+})
+
+
+def fmt_bytes(n: float) -> str:
+    """Human bytes in binary units (for messages): ``527.8 MiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024:
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def optimizer_copies(optimizer: str) -> int:
+    """Optimizer state copies per parameter: sgd 0, momentum 1, adam 2.
+
+    Raises
+    ------
+    DlschedError
+        For an unknown optimizer name.
+    """
+    try:
+        return OPTIMIZER_STATE_COPIES[optimizer.lower()]
+    except KeyError:
+        raise DlschedError(f"unknown optimizer {optimizer!r}; expected one of "
+                           f"{', '.join(OPTIMIZER_STATE_COPIES)}") from None
+
+
+@dataclass
+class MemoryEstimate:
+    """``M(b)`` for one model, optimizer and estimate kind.
+
+    Attributes
+    ----------
+    model : str
+    estimate : {"static", "measured"}
+    optimizer : str
+    param_bytes : float
+        Bytes of the trainable parameters (``M_params``).
+    activation_bytes_per_sample : float
+        ``M_act``: for ``static``, forward outputs read by the backward pass;
+        for ``measured``, the slope of peak memory against batch size.
+    workspace_bytes_per_sample : float
+        ``M_work`` per sample (static: the largest single forward output per
+        sample, the transient gradient buffer of the biggest layer during
+        backward; measured: 0, the slope already includes it).
+    fixed_bytes : float
+        A constant term: 0 for static; for measured, the fit's intercept minus
+        the parameter, gradient and optimizer bytes (framework buffers,
+        allocator slack; it can be negative when gradients are allocated only
+        as activations are freed).
+    details : dict
+        How the figures were obtained (reference batch, counts, fit points).
+    """
+
+    model: str
+    estimate: str
+    optimizer: str
+    param_bytes: float
+    activation_bytes_per_sample: float
+    workspace_bytes_per_sample: float = 0.0
+    fixed_bytes: float = 0.0
+    details: dict = field(default_factory=dict)
+
+    @property
+    def optimizer_state_bytes(self) -> float:
+        return self.param_bytes * optimizer_copies(self.optimizer)
+
+    @property
+    def gradient_bytes(self) -> float:
+        return self.param_bytes
+
+    @property
+    def state_bytes(self) -> float:
+        """Parameters + gradients + optimizer state: ``M_params·(2 + k_opt)``."""
+        return self.param_bytes * (2 + optimizer_copies(self.optimizer))
+
+    @property
+    def per_sample_bytes(self) -> float:
+        return self.activation_bytes_per_sample + self.workspace_bytes_per_sample
+
+    def total(self, batch: float) -> float:
+        """``M(b)`` in bytes."""
+        return self.state_bytes + self.fixed_bytes + batch * self.per_sample_bytes
+
+    def largest_batch(self, capacity: float, margin: float = 0.1) -> int:
+        """Largest ``b`` with ``M(b) ≤ capacity·(1 − margin)``; 0 when not even one sample fits.
+
+        Raises
+        ------
+        DlschedError
+            For a margin outside [0, 1) or a non-positive capacity.
+        """
+        if not 0 <= margin < 1:
+            raise DlschedError(f"--margin must be in [0, 1), got {margin}")
+        if capacity <= 0:
+            raise DlschedError(f"memory capacity must be positive, got {capacity}")
+        usable = capacity * (1 - margin)
+        room = usable - self.state_bytes - self.fixed_bytes
+        if room < self.per_sample_bytes:
+            return 0
+        if self.per_sample_bytes <= 0:
+            raise DlschedError(f"the {self.estimate} estimate of model {self.model!r} has no per-sample memory; "
+                               "the batch size is not bounded by memory")
+        b = int(room // self.per_sample_bytes)
+        while b > 0 and self.total(b) > usable:  # float rounding at the boundary
+            b -= 1
+        return b
+
+    def frame(self, batch: int):
+        """The breakdown at ``batch`` as a DataFrame (component, bytes, note)."""
+        import pandas as pd
+
+        rows = [
+            ("parameters", self.param_bytes, "M_params"),
+            ("gradients", self.gradient_bytes, "one copy of the parameters"),
+            ("optimizer state", self.optimizer_state_bytes,
+             f"{optimizer_copies(self.optimizer)} cop{'y' if optimizer_copies(self.optimizer) == 1 else 'ies'} "
+             f"({self.optimizer})"),
+            ("activations per sample", self.activation_bytes_per_sample,
+             "forward outputs read by the backward" if self.estimate == "static"
+             else "slope of measured peak vs batch"),
+            (f"activations at batch {batch}", batch * self.activation_bytes_per_sample, ""),
+            (f"workspace at batch {batch}", batch * self.workspace_bytes_per_sample + self.fixed_bytes,
+             "largest forward output per sample × batch" if self.estimate == "static"
+             else "measured intercept minus parameter state"),
+            (f"total at batch {batch}", self.total(batch), f"{self.estimate} estimate"),
+        ]
+        return pd.DataFrame(rows, columns=["component", "bytes", "note"])
+
+    def to_dict(self, batch: int | None = None) -> dict:
+        d = {
+            "estimate": self.estimate,
+            "optimizer": self.optimizer,
+            "parameters": self.param_bytes,
+            "gradients": self.gradient_bytes,
+            "optimizer_state": self.optimizer_state_bytes,
+            "activations_per_sample": self.activation_bytes_per_sample,
+            "workspace_per_sample": self.workspace_bytes_per_sample,
+            "fixed": self.fixed_bytes,
+            "details": self.details,
+        }
+        if batch is not None:
+            d["batch"] = batch
+            d["workspace"] = batch * self.workspace_bytes_per_sample + self.fixed_bytes
+            d["activations"] = batch * self.activation_bytes_per_sample
+            d["total"] = self.total(batch)
+        return d
+
+
+def _base_type(op_type: str) -> str:
+    """``aten.view.default`` → ``view``; ``Reshape`` stays ``Reshape``."""
+    parts = str(op_type).split(".")
+    if len(parts) >= 2 and parts[0] == "aten":
+        return parts[1]
+    return parts[-1] if parts[0] in ("torch", "operator") else str(op_type)
+
+
+def _output_bytes(op) -> int | None:
+    """Bytes of all outputs of ``op``; ``None`` when a shape is unknown."""
+    total = 0
+    for i, shape in enumerate(op.output_shapes or []):
+        if shape is None or any(d is None or (isinstance(d, (int, float)) and d < 0) for d in shape):
+            return None
+        dtype = op.dtypes[i] if i < len(op.dtypes) else (op.dtypes[0] if op.dtypes else "float32")
+        total += math.prod(int(d) for d in shape) * dtype_size(dtype)
+    return total
+
+
+def graph_batch(graph: Graph) -> int:
+    """The batch size a graph was imported at.
+
+    Taken from ``graph.source["batch"]`` when the importer recorded it, else the
+    most common leading dimension of the forward compute outputs.
+
+    Raises
+    ------
+    DlschedError
+        When neither is available.
+    """
+    b = graph.source.get("batch") if graph.source else None
+    if b:
+        return int(b)
+    lead = Counter(int(s[0]) for op in graph.compute_ops() if op.phase == "forward"
+                   for s in (op.output_shapes or [])[:1] if s and s[0] is not None)
+    if not lead:
+        raise DlschedError(f"model {graph.name!r}: cannot tell the graph's batch size (no output shapes and no "
+                           "recorded batch); pass --batch")
+    return lead.most_common(1)[0][0]
+
+
+def saved_activations(graph: Graph) -> tuple[dict[str, int], list[str]]:
+    """Forward tensors the backward pass reads, by the op owning their storage.
+
+    Liveness rule: a forward compute op whose output has a backward consumer
+    is kept from the forward pass to the backward pass. A view (``VIEW_OPS``)
+    aliases its input, so the op owning the storage is counted, once; views of
+    parameters (a recv) are parameter memory, not activations.
+
+    Returns
+    -------
+    (dict, list)
+        ``{owner op name: output bytes}`` and the names of saved ops whose
+        output shape is unknown (not counted).
+    """
+    ops = {op.name: op for op in graph.ops()}
+
+    def owner(op):
+        seen = set()
+        while _base_type(op.op_type) in VIEW_OPS and op.name not in seen:
+            seen.add(op.name)
+            preds = sorted((ops[p] for p in graph.predecessors(op.name)), key=lambda o: o.index)
+            if not preds:
+                return op
+            first = preds[0]
+            if first.kind == RECV:
+                return None
+            if first.kind != COMPUTE or first.phase != "forward":
+                return op
+            op = first
+        return op
+
+    saved: dict[str, int] = {}
+    unknown: list[str] = []
+    for op in graph.compute_ops():
+        if op.phase != "forward":
+            continue
+        if not any(ops[s].kind == COMPUTE and ops[s].phase == "backward" for s in graph.successors(op.name)):
+            continue
+        root = owner(op)
+        if root is None or root.name in saved:
+            continue
+        n = _output_bytes(root)
+        if n is None:
+            unknown.append(root.name)
+            continue
+        saved[root.name] = n
+    return saved, unknown
+
+
+def static_estimate(graph: Graph, optimizer: str = "sgd", dtype: str | None = None,
+                    batch: int | None = None) -> MemoryEstimate:
+    """Estimate ``M(b)`` from a training DAG's shapes and liveness (DESIGN §5).
+
+    Parameters
+    ----------
+    graph : Graph
+        A ``training`` graph (forward ops with ``output_shapes``/``dtypes``,
+        backward ops with ``phase="backward"``, recv ops with ``bytes``).
+    optimizer : {"sgd", "momentum", "adam"}
+    dtype : str, optional
+        Bytes per parameter element from this dtype instead of the recv ops'
+        ``bytes`` (e.g. ``float16`` for a half-precision copy).
+    batch : int, optional
+        The batch the graph was imported at (default: :func:`graph_batch`).
+
+    Returns
+    -------
+    MemoryEstimate
+        ``estimate="static"``. ``M_params`` = Σ recv bytes; ``M_act`` = Σ bytes
+        of forward outputs read by a backward op (:func:`saved_activations`)
+        / batch; workspace per sample = the largest single forward output per
+        sample (the gradient of the largest activation is alive while the
+        backward of its layer runs).
+
+    Raises
+    ------
+    DlschedError
+        The graph is not a training graph, or has no forward shapes.
+
+    Example
+    -------
+    >>> from dlsched.synthetic import random_dag
+    >>> g, _ = random_dag(6, 3, training=True, seed=2)
+    >>> static_estimate(g).activation_bytes_per_sample   # 6 saved [8,16] float32 outputs / 8
+    384.0
+    """
+    optimizer_copies(optimizer)
+    backward = [op for op in graph.compute_ops() if op.phase == "backward"]
+    if graph.mode != "training" or not backward:
+        raise DlschedError(f"model {graph.name!r} is not a training graph (mode {graph.mode!r}, "
+                           f"{len(backward)} backward ops); the static memory estimate needs forward and backward")
+    b = batch or graph_batch(graph)
+    if dtype is not None:
+        param_bytes = float(sum(op.params for op in graph.recvs()) * dtype_size(dtype))
+    else:
+        param_bytes = float(sum(op.bytes for op in graph.recvs()))
+    saved, unknown = saved_activations(graph)
+    largest = 0
+    for op in graph.compute_ops():
+        if op.phase == "forward":
+            n = _output_bytes(op)
+            if n:
+                largest = max(largest, n)
+    if not saved and unknown:
+        raise DlschedError(f"model {graph.name!r}: no output shapes on the {len(unknown)} forward ops the backward "
+                           "reads; cannot estimate activation memory statically (try --measure)")
+    return MemoryEstimate(
+        model=graph.name, estimate="static", optimizer=optimizer.lower(), param_bytes=param_bytes,
+        activation_bytes_per_sample=sum(saved.values()) / b,
+        workspace_bytes_per_sample=largest / b,
+        details={"reference_batch": b, "saved_tensors": len(saved), "unknown_shapes": len(unknown),
+                 "parameter_dtype": dtype or "as imported"},
+    )
