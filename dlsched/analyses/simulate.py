@@ -24,6 +24,7 @@ networkx), so a schedule of thousands of ops takes milliseconds.
 from __future__ import annotations
 
 import heapq
+import math
 import random
 from dataclasses import dataclass, field
 from typing import Mapping
@@ -80,14 +81,19 @@ def compile_graph(graph: Graph, times: Mapping[str, float]) -> SimGraph:
         raise OracleError(f"the time oracle misses {len(missing)} op(s) of model {graph.name!r}: "
                           f"{', '.join(missing[:5])}{' …' if len(missing) > 5 else ''}")
     dur = [float(times[n]) for n in names]
-    bad = [n for n, d in zip(names, dur) if not (d >= 0 and np.isfinite(d))]
+    bad = [n for n, d in zip(names, dur) if not (d >= 0 and math.isfinite(d))]
     if bad:
         raise OracleError(f"the time oracle gives negative or non-finite times for: {', '.join(bad[:5])}")
     resources = graph.resources()
     rpos = {r: k for k, r in enumerate(resources)}
-    nxg = graph.nx
-    succ = [sorted(pos[s] for s in nxg.successors(n)) for n in names]
-    indeg = [nxg.in_degree(n) for n in names]
+    succ: list[list[int]] = [[] for _ in names]
+    indeg = [0] * len(names)
+    for n, nbrs in graph.nx.adjacency():  # plain dict access: compile cost stays below the run's
+        out = succ[pos[n]]
+        for m in nbrs:
+            j = pos[m]
+            out.append(j)
+            indeg[j] += 1
     return SimGraph(graph, names, [op.kind for op in ops], [rpos[op.resource] for op in ops], resources,
                     succ, indeg, [i for i, op in enumerate(ops) if op.kind == RECV], dur)
 
