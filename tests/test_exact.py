@@ -95,3 +95,20 @@ def test_size_limit_and_time_limit():
     assert r2.makespan >= r2.lower_bound - 1e-12
     if not r2.proven:
         assert r2.explored > 0
+
+
+def test_optimality_gap_report_quick():
+    """The gap benchmark on a few graphs: optima proven, no order below the optimum, TAC near it."""
+    import importlib.util
+
+    from tests.conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("bench_gap", REPO / "benchmarks" / "bench_optimality_gap.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    df = bench.measure(n_graphs=8, seed=3, params=(5, 7))
+    assert len(df) == 8 and df["proven"].all()
+    gaps = df[[c for c in df.columns if c.endswith("_gap")]]
+    assert (gaps >= -1e-9).all().all()
+    summary = bench.summarise(df).set_index("order")
+    assert summary.loc["tac", "mean_gap_pct"] <= summary.filter(like="random", axis=0)["mean_gap_pct"].iloc[0]

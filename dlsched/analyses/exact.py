@@ -18,9 +18,13 @@ Pruning: a node's lower bound is the largest of
 * each resource's load (TicTac's ``L``),
 * the longest dependency path when every transfer finishes as early as the
   partial sequences allow (a placed transfer at its fixed time; a pending one
-  no earlier than its channel's placed prefix plus its own time),
+  no earlier than its channel's placed prefix plus its own time), where an op
+  also waits for all the pending transfers it depends on, which its channel
+  serves one after another after the prefix (TAC's ``M``, TicTac §4.1),
 * on every non-downlink resource, the single-machine bound with release
-  dates: ``max_j (r_j + Σ_{r_i ≥ r_j} p_i)`` over its ops' earliest starts.
+  dates and tails: ``max_j (r_j + Σ_{r_i ≥ r_j} p_i + min_{r_i ≥ r_j} q_i)``
+  over its ops' earliest starts ``r`` and the longest chain of work ``q``
+  that must follow each op.
 
 A node is cut when its bound reaches the best makespan found so far (seeded
 with the canonical order and a shortest-transfer-first order).
@@ -88,6 +92,20 @@ class _Search:
         self.on_channel = {k: [i for i in sg.recv_ids if sg.res[i] == k] for k in channels}
         self.other_res = sorted(set(range(len(sg.resources))) - set(channels))
         self.by_res = {k: [i for i in range(n) if sg.res[i] == k] for k in self.other_res}
+        # deps[i]: bitmask of the recvs op i depends on, directly or transitively
+        self.bit = {r: b for b, r in enumerate(sg.recv_ids)}
+        self.deps = [0] * n
+        for i in self.topo:
+            if sg.kinds[i] == RECV:
+                self.deps[i] |= 1 << self.bit[i]
+            for j in sg.succ[i]:
+                self.deps[j] |= self.deps[i]
+        self.chan_mask = {k: sum(1 << self.bit[i] for i in self.on_channel[k]) for k in channels}
+        self.dep_sum: dict[int, float] = {}
+        # tail[i]: the longest chain of work after op i finishes (static: recvs are roots)
+        self.tail = [0.0] * n
+        for i in reversed(self.topo):
+            self.tail[i] = max((sg.dur[j] + self.tail[j] for j in sg.succ[i]), default=0.0)
         loads = [0.0] * len(sg.resources)
         for i in range(n):
             loads[sg.res[i]] += sg.dur[i]
@@ -112,20 +130,50 @@ class _Search:
                     finish[i] = t + dur[i]
         release = [0.0] * sg.n
         bound = self.load_bound
+        # Pending transfers an op depends on are served one after another after
+        # their channel's placed prefix: the op waits at least for all of them.
+        waits = []
+        for k in self.channels:
+            seq = seqs.get(k, ())
+            pending = self.chan_mask[k]
+            for i in seq:
+                pending &= ~(1 << self.bit[i])
+            waits.append((sum(dur[i] for i in seq), pending))
+        dep_sum = self.dep_sum
         for i in self.topo:
             if sg.kinds[i] == RECV:
                 continue
             r = max((finish[p] for p in self.pred[i]), default=0.0)
+            d = self.deps[i]
+            for prefix, pending in waits:
+                m = d & pending
+                if m:
+                    w = dep_sum.get(m)
+                    if w is None:
+                        w = dep_sum[m] = sum(dur[j] for j in self.recv_of_bits(m))
+                    if prefix + w > r:
+                        r = prefix + w
             release[i] = r
             finish[i] = r + dur[i]
         bound = max(bound, max(finish, default=0.0))
+        tails = self.tail
         for k in self.other_res:
             ops = sorted(self.by_res[k], key=release.__getitem__, reverse=True)
-            tail = 0.0
-            for i in ops:  # latest release first: r_j + work released at or after r_j
-                tail += dur[i]
-                bound = max(bound, release[i] + tail)
+            work, q = 0.0, math.inf
+            for i in ops:  # latest release first: r_j + work released at or after r_j + least tail among it
+                work += dur[i]
+                q = min(q, tails[i])
+                bound = max(bound, release[i] + work + q)
         return bound
+
+    def recv_of_bits(self, mask: int):
+        ids = self.sg.recv_ids
+        b = 0
+        while mask:
+            if mask & 1:
+                yield ids[b]
+            mask >>= 1
+            b += 1
 
     def leaf(self, seqs: dict[int, list[int]]) -> float:
         rank = list(range(self.sg.n))
