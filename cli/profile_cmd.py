@@ -1,0 +1,197 @@
+"""``dlsched profile MODEL -o oracle.csv``: the per-op time oracle (DESIGN §3).
+
+Compute ops are timed by the framework profiler of MODEL's format (or read
+from ``--from-trace``); every recv/send gets ``latency + bytes / bandwidth``
+(defaults ``--bandwidth 10Gbps --latency 50us``, or ``--measure-network``).
+Ops that could not be timed are named with the reason; without
+``--default-time`` the oracle is still written (exit 0, with a warning) and
+the analyses will refuse it until they are given ``--default-time``.
+"""
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .common import console, emit_json, err_console, fmt_bytes, fmt_seconds, load_graph, model_options
+
+
+def _profiler(fmt: str):
+    """The framework profiler for a model format, as ``fn(model, graph, **kw)``."""
+    from dlsched.errors import DlschedError
+
+    names = {"torch": ("dlsched.profiling.torch_profiler", "profile_torch"),
+             "onnx": ("dlsched.profiling.onnx_profiler", "profile_onnx"),
+             "graphdef": ("dlsched.profiling.tf_profiler", "profile_tf"),
+             "savedmodel": ("dlsched.profiling.tf_profiler", "profile_tf")}
+    mod, attr = names[fmt]
+    import importlib
+
+    try:
+        return getattr(importlib.import_module(mod), attr)
+    except (ImportError, AttributeError):
+        raise DlschedError(f"profiling {fmt} models is not available in this installation ({mod}.{attr} is "
+                           "missing); use --from-trace with an existing trace instead") from None
+
+
+def _progress_runner(enabled: bool, description: str):
+    """A context manager yielding a ``progress(done, total)`` callback (rich, on stderr, transient)."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def runner():
+        if not enabled:
+            yield None
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=err_console, transient=True) as bar:
+            task = bar.add_task(description, total=None)
+
+            def progress(done, total):
+                bar.update(task, completed=done, total=total)
+            yield progress
+
+    return runner()
+
+
+@click.command()
+@model_options
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default="oracle.csv", show_default=True,
+              help="Oracle file to write: CSV, or Parquet when it ends in .parquet.")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("--runs", type=int, default=5, show_default=True,
+              help="Timed runs per op (the minimum is kept, the median stored).")
+@click.option("--warmup", type=int, default=1, show_default=True, help="Untimed runs first.")
+@click.option("--bandwidth", default="10Gbps", show_default=True,
+              help="Link bandwidth for transfers: bps/Kbps/Mbps/Gbps, B/s, MB/s, MiB/s …")
+@click.option("--latency", default="50us", show_default=True, help="Per-transfer latency: s, ms, us, ns.")
+@click.option("--measure-network", is_flag=True,
+              help="Measure bandwidth and latency with a real gloo transfer to another process instead.")
+@click.option("--peer", metavar="HOST:PORT", default=None,
+              help="With --measure-network: measure to a 'dlsched net-peer' there instead of a local process.")
+@click.option("--network-timeout", type=click.FloatRange(min=0.5), default=30.0, show_default=True,
+              help="Seconds any wait of the network measurement may take.")
+@click.option("--from-trace", "trace", type=click.Path(dir_okay=False), default=None,
+              help="Take compute times from a PyTorch profiler Chrome trace or a TF timeline instead of running.")
+@click.option("--default-time", default=None, help="Give ops that could not be timed this time (e.g. 10us).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
+def profile(output, device, runs, warmup, bandwidth, latency, measure_network, peer, network_timeout, trace,
+            default_time, as_json, **model_kw):
+    """Build MODEL's time oracle: Time(op) for every op, written to -o.
+
+    Compute ops run on --device with the framework's profiler (warm-up, then
+    --runs runs; minimum kept, median stored), or come from --from-trace.
+    Transfers (recv/send) cost latency + bytes/bandwidth. Ops that cannot be
+    timed are listed with the reason; the oracle is written anyway, and the
+    analyses then need --default-time (or pass it here).
+    """
+    from dlsched.errors import DlschedError
+    from dlsched.loader import detect_format
+    from dlsched.units import parse_bandwidth, parse_duration
+
+    if runs < 1:
+        raise DlschedError(f"--runs must be at least 1 (got {runs}): the oracle keeps the minimum over the runs")
+    if warmup < 0:
+        raise DlschedError(f"--warmup must be 0 or more, got {warmup}")
+    if peer and not measure_network:
+        raise DlschedError("--peer needs --measure-network")
+    bw, lat = parse_bandwidth(bandwidth), parse_duration(latency)
+    dflt = parse_duration(default_time) if default_time is not None else None
+    peer_addr = None
+    if peer:
+        host, _, port = peer.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise DlschedError(f"--peer {peer!r}: expected HOST:PORT, e.g. 127.0.0.1:29555")
+        peer_addr = (host.strip("[]"), int(port))
+
+    fmt = detect_format(model_kw["model"])
+    if fmt == "dag" and not trace:
+        raise DlschedError(f"{model_kw['model']}: a .dag.json holds no runnable model, so it cannot be profiled; "
+                           "pass --from-trace with a trace of the model, or profile the original model file")
+    graph = load_graph(**model_kw)
+    show_bar = not as_json and sys.stderr.isatty()
+
+    coverage = None
+    if trace:
+        from dlsched.profiling.trace_import import import_trace
+
+        result = import_trace(trace, graph)
+        compute, untimed, coverage = result.frame, result.untimed, result.coverage
+    else:
+        fn = _profiler(fmt)
+        with _progress_runner(show_bar, f"profiling {graph.name} on {device}") as progress:
+            compute, untimed = fn(model_kw["model"], graph, device=device, runs=runs, warmup=warmup,
+                                  progress=progress)
+
+    network = {"source": "flags", "bandwidth": bw, "latency": lat}
+    if measure_network:
+        from dlsched.profiling import network as net
+
+        if not as_json:
+            err_console.print(f"measuring the network to {peer or 'a local peer process'} …")
+        m = (net.measure_peer(*peer_addr, timeout=network_timeout) if peer_addr
+             else net.measure_local(timeout=network_timeout))
+        bw, lat = m.bandwidth, m.latency
+        network = {"source": "measured", **m.to_dict()}
+
+    from dlsched.exporters.oracle_file import write_oracle
+    from dlsched.profiling.oracle import assemble_oracle
+
+    res = assemble_oracle(graph, compute, untimed, bw, lat, default_time=dflt)
+    write_oracle(res.frame, output)
+    summary = res.summary(graph)
+    info = {"output": str(output), "model": graph.name, "mode": graph.mode, "device": device,
+            "runs": runs if not trace else None, **summary, "network": network, "default_time": dflt}
+    if coverage is not None:
+        info["trace"] = {"file": str(trace), **coverage}
+    if as_json:
+        emit_json(info)
+        return
+    _print_report(info, res, graph)
+
+
+def _print_report(info: dict, res, graph) -> None:
+    from rich.table import Table
+
+    t = Table(title=f"slowest ops of {graph.name} ({graph.mode})", title_justify="left")
+    for col, just in (("op", "left"), ("type", "left"), ("time", "right"), ("source", "left")):
+        t.add_column(col, justify=just)
+    for row in info["slowest"]:
+        t.add_row(row["op"], str(row["op_type"]), fmt_seconds(row["time"]), row["source"])
+    console.print(t)
+    s = Table(show_header=False, title="oracle", title_justify="left")
+    s.add_column(style="bold")
+    s.add_column(justify="right")
+    s.add_row("compute ops timed", f"{info['timed']:,} of {info['compute_ops']:,}")
+    s.add_row("total compute time", fmt_seconds(info["total_compute_time"]))
+    s.add_row("transfers", f"{info['transfers']:,} ({fmt_bytes(info['transfer_bytes'])})")
+    s.add_row("total transfer time", fmt_seconds(info["total_transfer_time"]))
+    src = info["network"]["source"]
+    s.add_row("bandwidth", f"{info['bandwidth'] * 8 / 1e9:.3f} Gbps ({src})")
+    s.add_row("latency", f"{fmt_seconds(info['latency'])} ({src})")
+    if "trace" in info:
+        tr = info["trace"]
+        s.add_row("trace coverage", f"{tr['matched']:,} of {tr['compute_ops']:,} compute ops "
+                                    f"({tr['fraction']:.0%}), {tr['iterations']} iteration(s), {tr['matcher']} matcher")
+        s.add_row("unknown trace events", f"{tr['unknown_event_count']:,}")
+    s.add_row("written to", info["output"])
+    console.print(s)
+    if "trace" in info and info["trace"]["unknown_events"]:
+        names = ", ".join(f"{k} ×{v}" for k, v in list(info["trace"]["unknown_events"].items())[:10])
+        err_console.print(f"trace events that matched no op: {names}")
+    missing = res.defaulted or res.untimed
+    if missing:
+        u = Table(title=("ops given --default-time" if res.defaulted else "ops that could not be timed"),
+                  title_justify="left")
+        u.add_column("op")
+        u.add_column("reason")
+        for name, why in list(missing.items())[:20]:
+            u.add_row(name, why)
+        if len(missing) > 20:
+            u.add_row(f"… {len(missing) - 20} more", "")
+        err_console.print(u)
+    if res.untimed:
+        err_console.print(f"[yellow]warning:[/] {len(res.untimed)} compute op(s) have no time; the oracle was written "
+                          "without them and analyses will need --default-time (or re-run profile with --default-time).")
