@@ -233,3 +233,49 @@ def test_multiworker_rejects_bad_arguments():
     for kw in ({"workers": 0}, {"iterations": 0}, {"jitter": -1.0}, {"sharing": "magic"}):
         with pytest.raises(DlschedError):
             simulate_workers(g, t, **kw)
+
+
+def expanded_graph(graph, times, workers, ranks):
+    """W copies of ``graph`` on one big DAG: own compute per worker, shared links.
+
+    Channel ties follow the multi-worker rule (transfer rank, then worker turn;
+    sends first-ready, then worker turn, then canonical index), encoded as
+    priorities and canonical indices so the single-worker reference applies.
+    """
+    n = len(graph)
+    big = Graph("expanded")
+    big_times, prio = {}, {}
+    for w in range(workers):
+        for op in graph.ops():
+            name = f"w{w}/{op.name}"
+            resource = f"compute:{w}" if op.kind == COMPUTE else op.resource
+            big.add_op(name, op.kind, index=w * n + op.index, resource=resource)
+            big_times[name] = times[op.name]
+            if op.kind == RECV:
+                prio[name] = ranks[w][op.name] * workers + w
+        for u, v in graph.edges():
+            big.add_edge(f"w{w}/{u}", f"w{w}/{v}")
+    return big, big_times, prio
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.builds(lambda n, p, training, ps, seed: random_dag(n, p, training=training, ps=ps, seed=seed),
+                 st.integers(1, 12), st.integers(1, 6), st.booleans(), st.integers(1, 2), st.integers(0, 10**6)),
+       st.integers(2, 3), st.booleans(), st.integers(0, 100))
+def test_serial_multiworker_matches_reference_on_expanded_graph(gt, workers, enforced, seed):
+    graph, times = gt
+    prio = {r.name: i for i, r in enumerate(reversed(graph.recvs()))} if enforced else None
+    r = simulate_workers(graph, times, workers=workers, priorities=prio, seed=seed, sharing="serial")
+    tl = r.timeline
+    ranks = []
+    for w in range(workers):
+        recv = tl[(tl["worker"] == w) & (tl["kind"] == "recv")].copy()
+        recv["index"] = [graph.op(n).index for n in recv["op"]]
+        order = recv.sort_values(["priority", "index"])["op"].tolist()
+        ranks.append({name: k for k, name in enumerate(order)})
+    big, big_times, big_prio = expanded_graph(graph, times, workers, ranks)
+    _, _, end = reference_makespan(big, big_times, big_prio)
+    for w in range(workers):
+        ref = max(e for name, e in end.items() if name.startswith(f"w{w}/"))
+        assert math.isclose(ref, r.per_worker.loc[r.per_worker["worker"] == w, "makespan"].iloc[0],
+                            rel_tol=1e-12, abs_tol=1e-15)
