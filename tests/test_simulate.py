@@ -279,3 +279,42 @@ def test_serial_multiworker_matches_reference_on_expanded_graph(gt, workers, enf
         ref = max(e for name, e in end.items() if name.startswith(f"w{w}/"))
         assert math.isclose(ref, r.per_worker.loc[r.per_worker["worker"] == w, "makespan"].iloc[0],
                             rel_tol=1e-12, abs_tol=1e-15)
+
+
+def test_link_sharing_by_hand():
+    """Two workers, one parameter (1 s on the link), one op (1 s): worked out by hand."""
+    g = Graph("one")
+    g.add_op("w", RECV)
+    g.add_op("op", COMPUTE)
+    g.add_edge("w", "op")
+    t = {"w": 1.0, "op": 1.0}
+    serial = simulate_workers(g, t, workers=2, priorities={"w": 0}, sharing="serial")
+    # one transfer at a time: worker 0 gets it at 1 s, worker 1 at 2 s
+    assert sorted(serial.per_worker["makespan"]) == [2.0, 3.0]
+    assert serial.per_iteration["straggler_share"].iloc[0] == pytest.approx(1 / 3)
+    fair = simulate_workers(g, t, workers=2, priorities={"w": 0}, sharing="fair")
+    # both transfers share the link at half rate and end at 2 s
+    assert fair.per_worker["makespan"].tolist() == [3.0, 3.0]
+    three = simulate_workers(g, {"w": 1.0, "op": 0.5}, workers=3, priorities={"w": 0}, sharing="fair")
+    assert three.per_worker["makespan"].tolist() == [3.5, 3.5, 3.5]
+    # the worker served first rotates between iterations
+    rot = simulate_workers(g, t, workers=2, priorities={"w": 0}, iterations=2)
+    first = rot.per_worker.pivot(index="iteration", columns="worker", values="makespan")
+    assert first.loc[0].tolist() == [2.0, 3.0] and first.loc[1].tolist() == [3.0, 2.0]
+
+
+def test_fair_sharing_speeds_up_when_a_stream_empties():
+    from dlsched.analyses.multiworker import _run_workers
+    from dlsched.analyses.simulate import compile_graph, transfer_ranks
+
+    g = Graph("one")
+    g.add_op("w", RECV)
+    g.add_op("op", COMPUTE)
+    g.add_edge("w", "op")
+    sg = compile_graph(g, {"w": 1.0, "op": 1.0})
+    rank = transfer_ranks(sg, {"w": 0})
+    # worker 0's transfer is 1 s of work, worker 1's 3 s: half rate each until 2 s, then full rate
+    _, end = _run_workers(sg, [[1.0, 1.0], [3.0, 1.0]], [rank, rank], [0, 1], "fair")
+    assert end[0] == [2.0, 3.0] and end[1] == [4.0, 5.0]
+    _, end = _run_workers(sg, [[1.0, 1.0], [3.0, 1.0]], [rank, rank], [0, 1], "serial")
+    assert end[0] == [1.0, 2.0] and end[1] == [4.0, 5.0]
