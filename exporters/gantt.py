@@ -67,6 +67,7 @@ def plot_gantt(frame, path: str | Path, *, model: str | None = None, order: str 
     if color_by not in ("priority", "kind"):
         raise ValueError(f"color_by must be 'priority' or 'kind', got {color_by!r}")
     f = frame.copy()
+    f["resource"] = f["resource"].astype(str)
     if "worker" not in f.columns:
         f["worker"] = 0
     multi = f["worker"].nunique() > 1

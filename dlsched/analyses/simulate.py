@@ -111,7 +111,7 @@ def transfer_ranks(sg: SimGraph, priorities: Mapping[str, int] | None, seed: int
     priorities = priorities or {}
     unknown = [n for n in priorities if n not in sg.graph or sg.graph.op(n).kind != RECV]
     if unknown:
-        raise DlschedError(f"priorities name {len(unknown)} op(s) that are not transfers of model "
+        raise DlschedError(f"priorities name {len(unknown)} op(s) that are not parameter transfers (recv ops) of model "
                            f"{sg.graph.name!r}: {', '.join(map(str, unknown[:5]))}")
     given = [i for i in sg.recv_ids if sg.names[i] in priorities]
     rest = [i for i in sg.recv_ids if sg.names[i] not in priorities]
