@@ -318,3 +318,36 @@ def test_fair_sharing_speeds_up_when_a_stream_empties():
     assert end[0] == [2.0, 3.0] and end[1] == [4.0, 5.0]
     _, end = _run_workers(sg, [[1.0, 1.0], [3.0, 1.0]], [rank, rank], [0, 1], "serial")
     assert end[0] == [1.0, 2.0] and end[1] == [4.0, 5.0]
+
+
+def test_chrome_trace_and_gantt_of_figure1(tmp_path):
+    import json
+
+    from dlsched.exporters.chrome_trace import write_chrome_trace
+    from dlsched.exporters.gantt import plot_gantt
+
+    g, t = fig1()
+    s = simulate(g, t, {"recv1": 0, "recv2": 1})
+    path = tmp_path / "fig1.json"
+    write_chrome_trace(s.frame(), path, model="fig1", metadata={"makespan_s": s.makespan})
+    doc = json.loads(path.read_text())
+    spans = {e["name"]: e for e in doc["traceEvents"] if e["ph"] == "X"}
+    assert spans["op2"]["ts"] == 2e6 and spans["op2"]["dur"] == 1e6
+    assert spans["recv2"]["args"] == {"kind": "recv", "worker": 0, "priority": 1}
+    threads = {e["tid"]: e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"}
+    assert threads[spans["op1"]["tid"]] == "compute:0" and threads[spans["recv1"]["tid"]] == "ps:0/down"
+    assert doc["otherData"]["makespan_s"] == 3.0
+    png = tmp_path / "fig1.png"
+    plot_gantt(s.frame(), png, model="fig1", order="tac", efficiency=1.0, color_by="kind")
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp files left
+
+
+def test_gantt_of_a_large_multiworker_timeline(tmp_path):
+    from dlsched.exporters.gantt import plot_gantt
+
+    g, t = random_dag(1000, 100, training=True, ps=2, seed=1)
+    r = simulate_workers(g, t, workers=2, seed=1)
+    assert len(r.timeline) == 2 * len(g)
+    plot_gantt(r.timeline, tmp_path / "big.png", model=g.name, order="unordered")
+    assert (tmp_path / "big.png").stat().st_size > 10_000
