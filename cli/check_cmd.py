@@ -48,9 +48,14 @@ def _snapshot(options: dict) -> tuple[dict, object]:
         times = oracle_times(df, graph, options.get("default_time"), where="analytic oracle")
     largest = None
     if options.get("memory"):
-        from dlsched.planning.batch import largest_batch_for
-        largest = largest_batch_for(options["model"], options["memory"], margin=options.get("margin") or 0.1,
-                                    optimizer=options.get("optimizer") or "sgd", batch=options.get("batch"))
+        from dlsched.planning.batch import plan_batch
+        from dlsched.planning.memory import static_estimate
+        from dlsched.units import parse_bytes
+
+        # The memory model reads the backward pass's liveness, so it needs the training graph.
+        train = graph if graph.mode == "training" else load_graph(**{**options, "mode": "training"})
+        estimate = static_estimate(train, optimizer=options.get("optimizer") or "sgd")
+        largest = plan_batch(estimate, parse_bytes(options["memory"]), options.get("margin") or 0.1).batch
     figures = model_metrics(graph, times, largest)
     doc = {
         "dlsched_version": __version__,

@@ -96,3 +96,29 @@ def test_user_device_spec(tmp_path):
     p.write_text("name: mygpu\npeak_flops: 30e12\nmemory_bandwidth: 900GB/s\nnetwork_bandwidth: 25Gbps\n")
     spec = load_device_spec(str(p))
     assert spec.memory_bandwidth == 900e9 and spec.network_bandwidth == 25e9 / 8 and spec.peak_flops == 30e12
+
+
+# Commonly quoted forward figures at 224×224, one sample: ResNet-50 4.1 GMACs, VGG-16 15.5 GMACs.
+QUOTED_GMACS = {"resnet50": 4.1, "vgg16": 15.5}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["resnet50", "vgg16"])
+def test_example_forward_flops_match_quoted_figures(name):
+    from dlsched.loader import load_model
+    from dlsched.profiling.flops import graph_flops
+
+    graph = load_model(f"examples/torch_models.py:{name}", batch=1)
+    flops, unknown = graph_flops(graph)
+    assert not unknown
+    assert flops / 2 / 1e9 == pytest.approx(QUOTED_GMACS[name], rel=0.02)
+
+
+@pytest.mark.slow
+def test_onnx_export_costs_the_same_as_torch(onnx_resnet50):
+    from dlsched.loader import load_model
+    from dlsched.profiling.flops import graph_flops
+
+    flops, unknown = graph_flops(load_model(str(onnx_resnet50), batch=1))
+    assert not unknown, unknown[:5]
+    assert flops / 2 / 1e9 == pytest.approx(QUOTED_GMACS["resnet50"], rel=0.02)
