@@ -102,6 +102,7 @@ class _Search:
                 self.deps[j] |= self.deps[i]
         self.chan_mask = {k: sum(1 << self.bit[i] for i in self.on_channel[k]) for k in channels}
         self.dep_sum: dict[int, float] = {}
+        self.inner = [(i, tuple(self.pred[i])) for i in self.topo if sg.kinds[i] != RECV]
         # tail[i]: the longest chain of work after op i finishes (static: recvs are roots)
         self.tail = [0.0] * n
         for i in reversed(self.topo):
@@ -140,11 +141,13 @@ class _Search:
                 pending &= ~(1 << self.bit[i])
             waits.append((sum(dur[i] for i in seq), pending))
         dep_sum = self.dep_sum
-        for i in self.topo:
-            if sg.kinds[i] == RECV:
-                continue
-            r = max((finish[p] for p in self.pred[i]), default=0.0)
-            d = self.deps[i]
+        deps = self.deps
+        for i, preds in self.inner:
+            r = 0.0
+            for p in preds:
+                if finish[p] > r:
+                    r = finish[p]
+            d = deps[i]
             for prefix, pending in waits:
                 m = d & pending
                 if m:
@@ -162,8 +165,10 @@ class _Search:
             work, q = 0.0, math.inf
             for i in ops:  # latest release first: r_j + work released at or after r_j + least tail among it
                 work += dur[i]
-                q = min(q, tails[i])
-                bound = max(bound, release[i] + work + q)
+                if tails[i] < q:
+                    q = tails[i]
+                if release[i] + work + q > bound:
+                    bound = release[i] + work + q
         return bound
 
     def recv_of_bits(self, mask: int):
