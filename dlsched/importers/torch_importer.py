@@ -1,0 +1,589 @@
+"""PyTorch importer: a model factory traced with torch.fx becomes the common DAG.
+
+MODEL is a factory spec, ``path/to/file.py:fn`` or ``package.module:fn``, where
+``fn()`` returns ``(module, example_inputs)`` (DESIGN §2, §7).
+
+- ``inference``: :func:`torch.fx.symbolic_trace` of the module in ``eval()``
+  mode, shapes from :class:`torch.fx.passes.shape_prop.ShapeProp`. Every
+  ``call_module`` / ``call_function`` / ``call_method`` node is a compute op
+  named by its fx node name, in fx graph order. Placeholders, ``get_attr``
+  nodes and the output node are not ops.
+- ``training``: :func:`torch.fx.experimental.proxy_tensor.make_fx` of one
+  functional training step (forward, loss, :func:`torch.autograd.grad`), the
+  aten-level joint graph with the framework's real backward. Its nodes are
+  compute ops; every gradient feeds one ``send`` op.
+
+Parameters (``named_parameters()``, qualified names like
+``layer1.0.conv1.weight``) become ``recv`` ops; with ``buffers=True`` so do
+floating-point buffers (BatchNorm running statistics; the integer
+``num_batches_tracked`` is bookkeeping, not a transfer).
+
+:func:`trace_factory` is shared with :mod:`dlsched.profiling.torch_profiler`,
+so the importer and the profiler always agree on op names.
+
+Example
+-------
+>>> g = import_factory("examples/torch_models.py:small_cnn", batch=2)  # doctest: +SKIP
+>>> g.recvs()[0].name                                                   # doctest: +SKIP
+'conv1.weight'
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import io
+import re
+import sys
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from dlsched.dag import COMPUTE, RECV, Graph, add_gradient_sends
+from dlsched.errors import ImportFailure
+
+MODES = ("inference", "training")
+_SPEC = re.compile(r"^(?P<target>.+?):(?P<fn>[A-Za-z_][A-Za-z0-9_]*)$")
+# Module attributes a FLOP / memory cost model needs, by module class.
+_MODULE_ATTRS = (
+    "in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation", "groups",
+    "in_features", "out_features", "num_features", "normalized_shape", "num_embeddings",
+    "embedding_dim", "output_size", "p", "num_heads", "embed_dim",
+)
+
+
+@dataclass
+class TracedModel:
+    """A factory traced for the DAG (importer) and for timing (profiler).
+
+    Attributes
+    ----------
+    gm : torch.fx.GraphModule
+        The traced module (``symbolic_trace`` graph, or the ``make_fx`` joint
+        training graph whose placeholders are parameters, buffers, inputs).
+    args : tuple
+        The real example arguments ``gm`` runs on.
+    op_names : dict
+        fx node name → DAG op name, for every node that becomes a DAG op
+        (compute nodes, and the placeholders / ``get_attr`` nodes that are
+        parameters).
+    module : torch.nn.Module
+        The factory's module.
+    name : str
+        The factory function's name (the graph name).
+    mode : str
+    batch : int or None
+    params, buffers : list of (str, torch.Tensor)
+        Parameters, and the floating-point buffers that are transfers.
+    """
+
+    gm: Any
+    args: tuple
+    op_names: dict
+    module: Any
+    name: str
+    mode: str
+    batch: int | None
+    params: list = field(default_factory=list)
+    buffers: list = field(default_factory=list)
+    loss_node: str | None = None
+    grad_nodes: dict = field(default_factory=dict)
+
+
+# -- loading the factory ------------------------------------------------------
+def _load_function(spec: str) -> Callable:
+    m = _SPEC.match(spec)
+    if not m:
+        raise ImportFailure(f"{spec}: not a PyTorch factory; expected path/to/file.py:fn or package.module:fn")
+    target, fn_name = m["target"], m["fn"]
+    if target.endswith(".py"):
+        path = Path(target)
+        if not path.is_file():
+            raise ImportFailure(f"{spec}: no such file {target!r}")
+        digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:10]
+        stem = re.sub(r"\W", "_", path.stem)
+        mod_name = f"_dlsched_factory_{stem}_{digest}"
+        mod = sys.modules.get(mod_name)
+        if mod is None:
+            file_spec = importlib.util.spec_from_file_location(mod_name, path)
+            if file_spec is None or file_spec.loader is None:
+                raise ImportFailure(f"{spec}: cannot load {target!r} as a Python module")
+            mod = importlib.util.module_from_spec(file_spec)
+            # The factory's own folder goes on sys.path while it runs, so it can import its neighbours.
+            folder = str(path.resolve().parent)
+            sys.path.insert(0, folder)
+            sys.modules[mod_name] = mod
+            try:
+                file_spec.loader.exec_module(mod)
+            except Exception as e:
+                del sys.modules[mod_name]
+                raise ImportFailure(f"{spec}: executing {target!r} failed: {type(e).__name__}: {e}") from None
+            finally:
+                with contextlib.suppress(ValueError):
+                    sys.path.remove(folder)
+    else:
+        try:
+            mod = importlib.import_module(target)
+        except ModuleNotFoundError as e:
+            if e.name and (target == e.name or target.startswith(e.name + ".")):
+                raise ImportFailure(f"{spec}: module {target!r} not found (and no file of that name)") from None
+            raise ImportFailure(f"{spec}: importing module {target!r} failed: {type(e).__name__}: {e}") from None
+        except Exception as e:
+            raise ImportFailure(f"{spec}: importing module {target!r} failed: {type(e).__name__}: {e}") from None
+    fn = getattr(mod, fn_name, None)
+    if fn is None:
+        raise ImportFailure(f"{spec}: {target!r} has no function {fn_name!r}")
+    if not callable(fn):
+        raise ImportFailure(f"{spec}: {fn_name!r} in {target!r} is not callable")
+    return fn
+
+
+def _accepts_batch(fn: Callable) -> bool:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "batch" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+               or p.kind == p.VAR_KEYWORD for p in sig.parameters.values())
+
+
+def _resize_batch(t, batch: int):
+    """Dim 0 of ``t`` resized to ``batch`` by cycling its rows (deterministic)."""
+    import torch
+
+    if not isinstance(t, torch.Tensor) or t.dim() == 0 or t.shape[0] == batch:
+        return t
+    rows = torch.arange(batch) % t.shape[0]
+    return t[rows].clone()
+
+
+def call_factory(spec: str, batch: int | None = None):
+    """Load and call the factory ``spec``; returns ``(module, inputs_tuple, fn_name)``.
+
+    If ``batch`` is given and the factory accepts a ``batch`` keyword, it is
+    called as ``fn(batch=batch)``; otherwise ``fn()`` is called and dim 0 of
+    every example tensor is resized to ``batch`` by cycling its rows.
+
+    Raises
+    ------
+    ImportFailure
+        Missing file or module, no such function, the factory raised, or it
+        returned something other than ``(torch.nn.Module, inputs)``.
+    """
+    import torch
+
+    fn = _load_function(spec)
+    fn_name = spec.rsplit(":", 1)[1]
+    by_keyword = batch is not None and _accepts_batch(fn)
+    try:
+        result = fn(batch=batch) if by_keyword else fn()
+    except Exception as e:
+        raise ImportFailure(f"{spec}: the factory raised {type(e).__name__}: {e}") from None
+    if not (isinstance(result, (tuple, list)) and len(result) == 2 and isinstance(result[0], torch.nn.Module)):
+        raise ImportFailure(f"{spec}: the factory must return (torch.nn.Module, example_inputs), "
+                            f"got {_describe(result)}")
+    module, inputs = result
+    if isinstance(inputs, torch.Tensor):
+        inputs = (inputs,)
+    if not isinstance(inputs, (tuple, list)) or not inputs or \
+            not all(isinstance(x, torch.Tensor) for x in inputs):
+        raise ImportFailure(f"{spec}: the factory's example_inputs must be a tensor or a tuple of tensors, "
+                            f"got {_describe(inputs)}")
+    inputs = tuple(inputs)
+    if batch is not None and not by_keyword:
+        inputs = tuple(_resize_batch(x, batch) for x in inputs)
+    return module, inputs, fn_name
+
+
+def _describe(x: Any) -> str:
+    if isinstance(x, (tuple, list)):
+        return f"a {type(x).__name__} of {len(x)} ({', '.join(type(v).__name__ for v in x[:4])})"
+    return f"a {type(x).__name__}"
+
+
+# -- tracing --------------------------------------------------------------------
+def _float_buffers(module) -> list:
+    return [(n, b) for n, b in module.named_buffers() if b.is_floating_point()]
+
+
+def trace_factory(spec: str, mode: str = "inference", batch: int | None = None, buffers: bool = False,
+                  shapes: bool = True) -> TracedModel:
+    """Trace the factory ``spec`` and name its nodes as the DAG does.
+
+    Parameters
+    ----------
+    spec : str
+        ``path/to/file.py:fn`` or ``package.module:fn``.
+    mode : {"inference", "training"}
+        ``inference``: ``symbolic_trace`` of the module in ``eval()`` mode.
+        ``training``: ``make_fx`` (fake tensors) of a functional training step
+        with the module in ``train()`` mode (BatchNorm uses batch statistics and
+        updates its running statistics, dropout is active), as a real step runs.
+    batch : int, optional
+        See :func:`call_factory`.
+    buffers : bool
+        Floating-point buffers are transfers too (their placeholders /
+        ``get_attr`` nodes map to recv names).
+    shapes : bool
+        inference only: run ``ShapeProp`` to record shapes (the profiler skips it).
+
+    Returns
+    -------
+    TracedModel
+
+    Raises
+    ------
+    ImportFailure
+    """
+    if mode not in MODES:
+        raise ImportFailure(f"{spec}: unknown mode {mode!r}; expected inference or training")
+    module, inputs, fn_name = call_factory(spec, batch)
+    params = list(module.named_parameters())
+    bufs = _float_buffers(module) if buffers else []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if mode == "inference":
+            return _trace_inference(spec, module, inputs, fn_name, batch, params, bufs, shapes)
+        return _trace_training(spec, module, inputs, fn_name, batch, params, bufs)
+
+
+def _unique_name(name: str, taken: set) -> str:
+    # Compute ops are named after fx nodes; a top-level parameter (``pos``) could share the name.
+    out, k = name, 0
+    while out in taken:
+        k += 1
+        out = f"{name}_op{k if k > 1 else ''}"
+    return out
+
+
+def _trace_inference(spec, module, inputs, fn_name, batch, params, bufs, shapes) -> TracedModel:
+    import torch
+    from torch.fx.passes.shape_prop import ShapeProp
+
+    module.eval()
+    try:
+        gm = torch.fx.symbolic_trace(module)
+    except Exception as e:
+        raise ImportFailure(f"{spec}: torch.fx could not trace the module ({type(e).__name__}: {e}); "
+                            "symbolic tracing needs forward() free of data-dependent control flow") from None
+    if shapes:
+        try:
+            # ShapeProp prints a traceback itself before re-raising; keep it off the user's terminal.
+            with torch.no_grad(), contextlib.redirect_stderr(io.StringIO()):
+                ShapeProp(gm).propagate(*inputs)
+        except Exception as e:
+            cause = e.__cause__ or e
+            raise ImportFailure(f"{spec}: running the traced module on the example inputs failed "
+                                f"({type(cause).__name__}: {cause})") from None
+    transfer_names = {n for n, _ in params} | {n for n, _ in bufs}
+    op_names: dict[str, str] = {}
+    for node in gm.graph.nodes:
+        if node.op == "get_attr" and node.target in transfer_names:
+            op_names[node.name] = node.target
+    taken = set(transfer_names)
+    for node in gm.graph.nodes:
+        if node.op in ("call_module", "call_function", "call_method"):
+            name = _unique_name(node.name, taken)
+            taken.add(name)
+            op_names[node.name] = name
+    return TracedModel(gm=gm, args=inputs, op_names=op_names, module=module, name=fn_name, mode="inference",
+                       batch=batch, params=params, buffers=bufs)
+
+
+def _training_loss(out):
+    """Cross-entropy against class 0 for 2-D logits, else the mean square of every float output."""
+    import torch
+    import torch.nn.functional as F
+    from torch.utils._pytree import tree_leaves
+
+    if isinstance(out, torch.Tensor) and out.dim() == 2 and out.is_floating_point():
+        target = torch.zeros(out.shape[0], dtype=torch.long, device=out.device)
+        return F.cross_entropy(out, target)
+    leaves = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    if not leaves:
+        raise TypeError("the module returns no floating-point tensor to build a loss from")
+    loss = leaves[0].float().pow(2).mean()
+    for t in leaves[1:]:
+        loss = loss + t.float().pow(2).mean()
+    return loss
+
+
+def _trace_training(spec, module, inputs, fn_name, batch, params, bufs) -> TracedModel:
+    import torch
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    module.train()
+    all_bufs = list(module.named_buffers())
+    pnames = [n for n, _ in params]
+    bnames = [n for n, _ in all_bufs]
+    n_p, n_b = len(pnames), len(bnames)
+
+    def train_step(*flat):
+        p = dict(zip(pnames, flat[:n_p]))
+        b = dict(zip(bnames, flat[n_p:n_p + n_b]))
+        out = torch.func.functional_call(module, {**p, **b}, tuple(flat[n_p + n_b:]))
+        loss = _training_loss(out)
+        grads = torch.autograd.grad(loss, list(p.values()), allow_unused=True)
+        # An unused parameter still gets a (zero) gradient, so every parameter has a send.
+        grads = [g if g is not None else torch.zeros_like(v) for g, v in zip(grads, p.values())]
+        return (loss, *grads)
+
+    args = tuple([t.detach().requires_grad_(t.is_floating_point()) for _, t in params]
+                 + [t.detach().clone() for _, t in all_bufs] + list(inputs))
+    gm, err = None, None
+    # Fake tensors trace without computing (ResNet-50 in seconds); real tensors are the fallback.
+    for tracing_mode in ("fake", "real"):
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):
+                gm = make_fx(train_step, tracing_mode=tracing_mode)(*args)
+            break
+        except Exception as e:
+            err = e
+    if gm is None:
+        raise ImportFailure(f"{spec}: make_fx could not trace a training step of the module "
+                            f"({type(err).__name__}: {err})") from None
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    transfer_bufs = {n for n, _ in bufs}
+    op_names: dict[str, str] = {}
+    for i, node in enumerate(placeholders):
+        if i < n_p:
+            op_names[node.name] = pnames[i]
+        elif i < n_p + n_b and bnames[i - n_p] in transfer_bufs:
+            op_names[node.name] = bnames[i - n_p]
+    taken = set(pnames) | transfer_bufs
+    for node in gm.graph.nodes:
+        if node.op in ("call_module", "call_function", "call_method"):
+            name = _unique_name(node.name, taken)
+            taken.add(name)
+            op_names[node.name] = name
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    outs = output.args[0]
+    loss_node = op_names.get(outs[0].name)
+    grad_nodes = {}
+    for pname, g in zip(pnames, outs[1:]):
+        if not isinstance(g, torch.fx.Node) or g.name not in op_names or g.op == "placeholder":
+            raise ImportFailure(f"{spec}: the traced training step has no op producing the gradient of {pname!r}")
+        grad_nodes[pname] = op_names[g.name]
+    real_args = tuple(a.detach() for a in args)
+    return TracedModel(gm=gm, args=real_args, op_names=op_names, module=module, name=fn_name, mode="training",
+                       batch=batch, params=params, buffers=bufs, loss_node=loss_node, grad_nodes=grad_nodes)
+
+
+# -- building the DAG -------------------------------------------------------------
+def _dtype_name(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _metas(node) -> list:
+    """``(shape, dtype)`` of a node's tensor outputs, flattened (``[]`` for non-tensor results).
+
+    ShapeProp stores ``tensor_meta``; make_fx stores fake tensors in ``val``
+    (and ``tensor_meta`` only for single-tensor results).
+    """
+    import torch
+    from torch.fx.passes.shape_prop import TensorMetadata
+
+    out: list = []
+
+    def walk(x):
+        if isinstance(x, (TensorMetadata, torch.Tensor)):
+            out.append((list(x.shape), x.dtype))
+        elif isinstance(x, (tuple, list)):
+            for v in x:
+                walk(v)
+        elif isinstance(x, dict):
+            for v in x.values():
+                walk(v)
+
+    walk(node.meta["tensor_meta"] if "tensor_meta" in node.meta else node.meta.get("val"))
+    return out
+
+
+def _jsonable(v: Any) -> Any:
+    """``v`` as JSON (ints, floats, bools, strings and lists of them), else ``None``."""
+    if isinstance(v, bool) or isinstance(v, (int, float, str)):
+        return v
+    if isinstance(v, (tuple, list)):
+        items = [_jsonable(x) for x in v]
+        return None if any(x is None for x in items) else items
+    return None
+
+
+def _attrs(node, module) -> tuple[str, dict]:
+    """op_type and cost-model attributes of a compute node."""
+    import torch
+
+    attrs: dict = {}
+    if node.op == "call_module":
+        sub = module.get_submodule(node.target)
+        for key in _MODULE_ATTRS:
+            if hasattr(sub, key):
+                v = _jsonable(getattr(sub, key))
+                if v is not None:
+                    attrs[key] = v
+        if isinstance(sub, (torch.nn.Linear, torch.nn.modules.conv._ConvNd)):
+            attrs["bias"] = sub.bias is not None
+        attrs["module"] = node.target
+        return type(sub).__name__, attrs
+    target = node.target
+    schema = getattr(target, "_schema", None)
+    if schema is not None:  # an aten OpOverload: keep its non-tensor arguments by schema name
+        for arg, value in zip(schema.arguments, node.args):
+            if not isinstance(value, torch.fx.Node):
+                v = _jsonable(value)
+                if v is not None:
+                    attrs[arg.name] = v
+        for key, value in node.kwargs.items():
+            v = None if isinstance(value, torch.fx.Node) else _jsonable(value)
+            if v is not None:
+                attrs[key] = v
+        return str(target), attrs
+    op_type = target if isinstance(target, str) else getattr(target, "__name__", str(target))
+    scalars = [_jsonable(a) for a in node.args if not isinstance(a, torch.fx.Node)]
+    if node.op != "call_method" and any(s is not None for s in scalars):
+        attrs["args"] = [s for s in scalars if s is not None]
+    elif node.op == "call_method" and len(node.args) > 1:
+        rest = [_jsonable(a) for a in node.args[1:] if not isinstance(a, torch.fx.Node)]
+        if any(s is not None for s in rest):
+            attrs["args"] = [s for s in rest if s is not None]
+    for key, value in node.kwargs.items():
+        v = None if isinstance(value, torch.fx.Node) else _jsonable(value)
+        if v is not None:
+            attrs[key] = v
+    return str(op_type), attrs
+
+
+def _transfer_fields(t) -> dict:
+    return dict(bytes=t.numel() * t.element_size(), params=t.numel(), shape=list(t.shape),
+                dtypes=[_dtype_name(t.dtype)], op_type="Recv")
+
+
+def build_graph(traced: TracedModel, spec: str) -> Graph:
+    """Turn a :class:`TracedModel` into the common DAG (see the module docstring)."""
+    gm = traced.gm
+    graph = Graph(traced.name, traced.mode, {"format": "torch", "spec": spec, "batch": traced.batch})
+    n_p = len(traced.params)
+    n_transfers = n_p + len(traced.buffers)
+    for i, (name, t) in enumerate(traced.params):
+        graph.add_op(name, RECV, index=i, **_transfer_fields(t))
+    names = traced.op_names
+    loss_seen = traced.loss_node is None
+    index = n_transfers
+    for node in gm.graph.nodes:
+        if node.op not in ("call_module", "call_function", "call_method"):
+            continue
+        op_type, attrs = _attrs(node, traced.module)
+        metas = _metas(node)
+        in_shapes = []
+        for arg in node.all_input_nodes:
+            in_shapes.extend([shape for shape, _ in _metas(arg)])
+        phase = "forward"
+        if traced.mode == "training":
+            # make_fx records in execution order: the whole forward pass (including side effects
+            # such as BatchNorm's running-statistics updates) runs before autograd.grad starts.
+            phase = "backward" if loss_seen else "forward"
+            if names[node.name] == traced.loss_node:
+                loss_seen = True
+        graph.add_op(names[node.name], COMPUTE, index=index, op_type=op_type, attrs=attrs,
+                     output_shapes=[shape for shape, _ in metas], input_shapes=in_shapes,
+                     dtypes=[_dtype_name(dtype) for _, dtype in metas], phase=phase)
+        index += 1
+    # Data dependencies between ops, and parameter placeholders / get_attr reads → their consumers.
+    for node in gm.graph.nodes:
+        dst = names.get(node.name)
+        if dst is None or dst not in graph or graph.op(dst).kind != COMPUTE:
+            continue
+        for arg in node.all_input_nodes:
+            src = names.get(arg.name)
+            if src is not None and src in graph:
+                graph.add_edge(src, dst)
+    if traced.mode == "inference":
+        _owner_edges(graph, traced, [n for n, _ in traced.params])
+    else:
+        add_gradient_sends(graph, traced.grad_nodes)
+    # Buffers come after the sends are made (they carry no gradient), with indices after the parameters.
+    for j, (name, t) in enumerate(traced.buffers):
+        graph.add_op(name, RECV, index=n_p + j, **_transfer_fields(t))
+    for node in gm.graph.nodes:
+        src = names.get(node.name)
+        if src is None or node.op not in ("placeholder", "get_attr") or src in graph and graph.op(src).kind != RECV:
+            continue
+        if traced.mode == "training" and src not in {n for n, _ in traced.buffers}:
+            continue
+        for user in node.users:
+            if user.name in names and names[user.name] in graph:
+                graph.add_edge(src, names[user.name])
+    if traced.mode == "inference":
+        _owner_edges(graph, traced, [n for n, _ in traced.buffers])
+    graph.renumber()
+    return graph
+
+
+def _owner_edges(graph: Graph, traced: TracedModel, transfer_names: list) -> None:
+    """recv → every call of the module owning it (longest module-path prefix)."""
+    calls: dict[str, list[str]] = {}
+    for node in traced.gm.graph.nodes:
+        if node.op == "call_module":
+            calls.setdefault(node.target, []).append(traced.op_names[node.name])
+    for name in transfer_names:
+        path = name.split(".")[:-1]
+        while path:
+            owner = ".".join(path)
+            if owner in calls:
+                for op in calls[owner]:
+                    graph.add_edge(name, op)
+                break
+            path.pop()
+
+
+def import_factory(spec: str, mode: str = "inference", batch: int | None = None,
+                   buffers: bool = False) -> Graph:
+    """Import a PyTorch model factory into the common DAG (DESIGN §2).
+
+    Parameters
+    ----------
+    spec : str
+        ``path/to/file.py:fn`` (loaded with :mod:`importlib` from the file) or
+        ``package.module:fn``; ``fn()`` returns ``(module, example_inputs)``.
+    mode : {"inference", "training"}
+        ``inference`` traces ``module.eval()`` with ``torch.fx.symbolic_trace``.
+        ``training`` traces one functional training step with ``make_fx`` in
+        ``train()`` mode: ``functional_call`` of the module, a loss (cross-entropy
+        against class 0 when the output is 2-D logits, else
+        ``out.float().pow(2).mean()`` summed over the float outputs, so every
+        output contributes to the gradients), and ``torch.autograd.grad`` with
+        respect to every parameter. Ops recorded before the loss are
+        ``phase="forward"``, the rest ``"backward"``. Every aten node is kept.
+    batch : int, optional
+        If the factory accepts a ``batch`` keyword it is called with it;
+        otherwise dim 0 of every example tensor is resized to ``batch``
+        (rows repeated cyclically, or truncated).
+    buffers : bool
+        Also make floating-point buffers (BatchNorm running mean/var) recv ops,
+        after the parameters. Buffers have no gradient, so no send.
+
+    Returns
+    -------
+    Graph
+        recv ops first (declaration order), compute ops in fx order, then sends
+        (``<param>/grad``); ``source = {"format": "torch", "spec", "batch"}``.
+
+    Raises
+    ------
+    ImportFailure
+        The file or module is missing, the function does not exist, the
+        factory raised or returned the wrong thing, or tracing failed.
+
+    Example
+    -------
+    >>> g = import_factory("examples/torch_models.py:resnet50", batch=1)  # doctest: +SKIP
+    >>> g.param_count                                                      # doctest: +SKIP
+    25557032
+    """
+    traced = trace_factory(spec, mode=mode, batch=batch, buffers=buffers)
+    graph = build_graph(traced, spec)
+    graph.validate()
+    return graph
