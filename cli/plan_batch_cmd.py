@@ -305,20 +305,23 @@ def _hetero(est, worker_specs, global_batch, margin, ref_curve, ref_linear, time
         return
     from rich.table import Table
 
-    unit = (lambda x: fmt_seconds(x)) if time_unit == "s" else (lambda x: f"{x:.3f}")
+    unit = (lambda x: fmt_seconds(x)) if time_unit == "s" else (lambda x: f"{x:.4g}")
     console.print(f"[bold]{est.model}[/]: global batch {global_batch} over {len(specs)} workers, "
                   f"{plan.method} split, {est.estimate} memory estimate, times "
                   f"{'in seconds' if time_unit == 's' else 'in reference per-sample units'} ({time_source})")
-    t = Table()
-    for c in ("worker", "memory", "max batch", "speed", "batch", "time", "weight n·b/X", "equal batch", "equal time"):
-        t.add_column(c, justify="right" if c != "worker" else "left")
+    from rich import box
+
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for c in ("worker", "memory", "max b", "speed", "batch", "time", "weight", "equal split"):
+        t.add_column(c, justify="right" if c != "worker" else "left", no_wrap=True)
     for r, w in zip(plan.frame().itertuples(), specs):
-        eq = str(r.equal_batch) + ("" if r.equal_fits else " (over cap!)")
+        eq = f"{r.equal_batch}{'' if r.equal_fits else '*'} ({unit(r.equal_time)})"
         t.add_row(r.worker, fmt_bytes(w.memory), str(r.max_batch), "-" if r.speed != r.speed else f"{r.speed:g}",
-                  str(r.batch), unit(r.time), f"{r.weight:.3f}", eq, unit(r.equal_time))
+                  str(r.batch), unit(r.time), f"{r.weight:.3f}", eq)
     console.print(t)
     d = plan.to_dict()
+    console.print("weight = n·b/X, the factor on each worker's gradient that keeps the aggregate unbiased")
     console.print(f"iteration time: plan {unit(d['iteration_time'])}, equal split {unit(d['equal_split_time'])}"
                   + (f" → {d['gain']:.2f}× faster" if d["gain"] else ""))
     if d["equal_split_violations"]:
-        console.print(f"[bold red]the equal split does not fit memory[/] on: {', '.join(d['equal_split_violations'])}")
+        console.print(f"[bold red]* the equal split does not fit memory[/] on: {', '.join(d['equal_split_violations'])}")

@@ -130,7 +130,8 @@ def split_exact(total: int, curves: Sequence[Callable], caps: Sequence[int] | No
     search over the sorted candidates finds ``T*``; the surplus
     ``Σ n_i(T*) − X`` is then taken back one sample at a time from the worker
     whose current time is largest (ties: the later worker), which keeps the
-    maximum at ``T*`` and lowers the other workers' times where it can.
+    maximum at ``T*`` and lowers the other workers' times where it can. A
+    worker given no samples takes no time.
 
     Raises
     ------
@@ -147,6 +148,8 @@ def split_exact(total: int, curves: Sequence[Callable], caps: Sequence[int] | No
     n = len(curves)
     caps = _check_total(total, caps, n)
     vals = [_values(c, min(cap, total)) for c, cap in zip(curves, caps)]
+    for v in vals:  # an idle worker (b = 0) takes no time, whatever its launch overhead
+        v[0] = 0.0
     candidates = np.unique(np.concatenate(vals))
 
     def room(T):

@@ -9,17 +9,22 @@ resident, gradients set to ``None`` by ``zero_grad``, as in a training loop).
 Peak measurement
 ----------------
 - CUDA: ``torch.cuda.reset_peak_memory_stats`` before the step,
-  ``torch.cuda.max_memory_allocated`` after it (everything resident on the
-  device, parameters and optimizer state included).
+  ``torch.cuda.max_memory_allocated`` after the backward pass, reset again,
+  and read after the optimizer step (everything resident on the device,
+  parameters and optimizer state included).
 - CPU: ``torch.profiler.profile(profile_memory=True)`` records every
   allocation and free of the CPU tensor allocator during the step (the input
   batch is created inside it); their running sum's maximum is the step's
   peak above what was resident before, to which the bytes of the resident
-  tensors (parameters, buffers, optimizer state) are added.
+  tensors (parameters, buffers, optimizer state) are added. A profiler range
+  around ``optimizer.step()`` splits the events into the two phases.
 
 :func:`measured_estimate` fits ``peak(b) = intercept + slope·b`` by least
-squares over two or more batches: ``M_act`` = slope, and the intercept minus
-parameters, gradients and optimizer state becomes ``fixed_bytes``.
+squares over two or more batches to the peak up to the end of the backward
+pass: ``M_act`` = slope, and the intercept minus parameters, gradients and
+optimizer state becomes ``fixed_bytes``. The peak while the optimizer steps
+(activations freed; Adam's temporaries alive) does not depend on the batch
+and is kept as a floor, ``step_peak_bytes``: ``M(b) = max(linear, floor)``.
 """
 from __future__ import annotations
 
@@ -43,6 +48,8 @@ class StepMeasurement:
 
     batch: int
     peak_bytes: float      # peak memory of the step, resident state included
+    backward_peak_bytes: float  # peak until the end of backward (grows with the batch)
+    optimizer_peak_bytes: float  # peak while the optimizer steps
     resident_bytes: float  # parameters + buffers + optimizer state before the step
     seconds: float | None  # wall time of an unprofiled step (None when not timed)
     device: str
@@ -146,8 +153,12 @@ def _resident_bytes(module, opt) -> int:
     return _tensor_bytes([*module.parameters(), *module.buffers(), *state])
 
 
-def _cpu_peak(step) -> int:
-    """Running peak of CPU allocator bytes while ``step()`` runs (profiler memory events)."""
+def _cpu_peak(step) -> tuple[int, int]:
+    """Running peaks of CPU allocator bytes while ``step()`` runs (profiler memory events).
+
+    Returns (peak until the optimizer step starts, peak from then on); the
+    boundary is the ``dlsched::optimizer_step`` range that ``step`` records.
+    """
     import warnings
 
     from torch.profiler import ProfilerActivity, profile
@@ -156,15 +167,22 @@ def _cpu_peak(step) -> int:
         warnings.simplefilter("ignore")
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
             step()
-    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
-    events.sort(key=lambda e: e.start_ns())
-    current = peak = 0
-    for e in events:
-        if e.device_type().name != "CPU":
-            continue
+    events = list(prof.profiler.kineto_results.events())
+    marks = [e.start_ns() for e in events if e.name() == _STEP_MARK]
+    boundary = min(marks) if marks else None
+    memory = sorted((e for e in events if e.name() == "[memory]" and e.device_type().name == "CPU"),
+                    key=lambda e: e.start_ns())
+    current = before = after = 0
+    for e in memory:
         current += e.nbytes()
-        peak = max(peak, current)
-    return peak
+        if boundary is None or e.start_ns() < boundary:
+            before = max(before, current)
+        else:
+            after = max(after, current)
+    return before, after
+
+
+_STEP_MARK = "dlsched::optimizer_step"
 
 
 @contextlib.contextmanager
@@ -246,11 +264,19 @@ def measure_step(spec: str, batch: int, optimizer: str = "sgd", device: str = "c
                 out.append(x[:1].to(device).repeat(b, *([1] * (x.dim() - 1))))
         return out
 
-    def step(b=batch):
+    phases = {}
+
+    def step(b=batch, mark_cuda=False):
         opt.zero_grad(set_to_none=True)
         loss = _loss(module(*make_inputs(b)))
         loss.backward()
-        opt.step()
+        del loss
+        if mark_cuda:  # peak so far, then a fresh peak for the optimizer step
+            torch.cuda.synchronize()
+            phases["backward"] = torch.cuda.max_memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+        with torch.profiler.record_function(_STEP_MARK):
+            opt.step()
         opt.zero_grad(set_to_none=True)
 
     try:
@@ -263,11 +289,13 @@ def measure_step(spec: str, batch: int, optimizer: str = "sgd", device: str = "c
         resident = _resident_bytes(module, opt)
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
-            step()
+            step(mark_cuda=True)
             torch.cuda.synchronize()
-            peak, method = float(torch.cuda.max_memory_allocated()), "torch.cuda.max_memory_allocated"
+            backward, optimizer_peak = float(phases["backward"]), float(torch.cuda.max_memory_allocated())
+            method = "torch.cuda.max_memory_allocated"
         else:
-            peak = float(resident + _cpu_peak(step))
+            before, after = _cpu_peak(step)
+            backward, optimizer_peak = float(resident + before), float(resident + after)
             method = "torch.profiler allocation events (running peak) + resident tensors"
         seconds = None
         if time_step:
@@ -280,7 +308,8 @@ def measure_step(spec: str, batch: int, optimizer: str = "sgd", device: str = "c
         raise
     except RuntimeError as e:
         raise DlschedError(f"{spec}: a training step at batch {batch} on {device} failed ({e})") from None
-    return StepMeasurement(batch, peak, float(resident), seconds, device, method)
+    return StepMeasurement(batch, max(backward, optimizer_peak), backward, optimizer_peak, float(resident), seconds,
+                           device, method)
 
 
 def measured_estimate(spec: str, batches=(2, 4), optimizer: str = "sgd", device: str = "cpu",
@@ -321,19 +350,21 @@ def measured_estimate(spec: str, batches=(2, 4), optimizer: str = "sgd", device:
     del module
     n = len(points)
     mean_b = sum(p.batch for p in points) / n
-    mean_m = sum(p.peak_bytes for p in points) / n
+    mean_m = sum(p.backward_peak_bytes for p in points) / n
     sxx = sum((p.batch - mean_b) ** 2 for p in points)
-    slope = sum((p.batch - mean_b) * (p.peak_bytes - mean_m) for p in points) / sxx
+    slope = sum((p.batch - mean_b) * (p.backward_peak_bytes - mean_m) for p in points) / sxx
     intercept = mean_m - slope * mean_b
     if slope <= 0:
-        raise DlschedError(f"{spec}: measured peak memory does not grow with the batch ({', '.join(f'{p.batch}: {p.peak_bytes:.0f} B' for p in points)}); "
+        raise DlschedError(f"{spec}: measured peak memory does not grow with the batch ({', '.join(f'{p.batch}: {p.backward_peak_bytes:.0f} B' for p in points)}); "
                            "measure at larger, more distinct batch sizes")
     est = MemoryEstimate(
         model=spec, estimate="measured", optimizer=optimizer.lower(), param_bytes=param_bytes,
         activation_bytes_per_sample=slope, workspace_bytes_per_sample=0.0,
         fixed_bytes=intercept - param_bytes * (2 + optimizer_copies(optimizer)),
+        step_peak_bytes=max(p.optimizer_peak_bytes for p in points),
         details={"device": device, "method": points[0].method, "torch": torch.__version__,
-                 "points": [{"batch": p.batch, "peak": p.peak_bytes} for p in points],
+                 "points": [{"batch": p.batch, "peak": p.peak_bytes, "backward_peak": p.backward_peak_bytes,
+                             "optimizer_peak": p.optimizer_peak_bytes} for p in points],
                  "intercept": intercept},
     )
     return est, points

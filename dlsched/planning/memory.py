@@ -93,6 +93,10 @@ class MemoryEstimate:
         the parameter, gradient and optimizer bytes (framework buffers,
         allocator slack; it can be negative when gradients are allocated only
         as activations are freed).
+    step_peak_bytes : float
+        Measured only: the peak while the optimizer steps (activations freed,
+        optimizer temporaries such as Adam's alive). It does not grow with the
+        batch, so ``M(b)`` is the larger of the linear model and this floor.
     details : dict
         How the figures were obtained (reference batch, counts, fit points).
     """
@@ -104,6 +108,7 @@ class MemoryEstimate:
     activation_bytes_per_sample: float
     workspace_bytes_per_sample: float = 0.0
     fixed_bytes: float = 0.0
+    step_peak_bytes: float = 0.0
     details: dict = field(default_factory=dict)
 
     @property
@@ -124,8 +129,8 @@ class MemoryEstimate:
         return self.activation_bytes_per_sample + self.workspace_bytes_per_sample
 
     def total(self, batch: float) -> float:
-        """``M(b)`` in bytes."""
-        return self.state_bytes + self.fixed_bytes + batch * self.per_sample_bytes
+        """``M(b)`` in bytes (at least the optimizer-step peak when one was measured)."""
+        return max(self.state_bytes + self.fixed_bytes + batch * self.per_sample_bytes, self.step_peak_bytes)
 
     def largest_batch(self, capacity: float, margin: float = 0.1) -> int:
         """Largest ``b`` with ``M(b) ≤ capacity·(1 − margin)``; 0 when not even one sample fits.
@@ -141,7 +146,7 @@ class MemoryEstimate:
             raise DlschedError(f"memory capacity must be positive, got {capacity}")
         usable = capacity * (1 - margin)
         room = usable - self.state_bytes - self.fixed_bytes
-        if room < self.per_sample_bytes:
+        if room < self.per_sample_bytes or self.step_peak_bytes > usable:
             return 0
         if self.per_sample_bytes <= 0:
             raise DlschedError(f"the {self.estimate} estimate of model {self.model!r} has no per-sample memory; "
@@ -170,6 +175,9 @@ class MemoryEstimate:
              else "measured intercept minus parameter state"),
             (f"total at batch {batch}", self.total(batch), f"{self.estimate} estimate"),
         ]
+        if self.step_peak_bytes:
+            rows.insert(-1, ("optimizer step peak", self.step_peak_bytes,
+                             "measured; a floor, independent of the batch"))
         return pd.DataFrame(rows, columns=["component", "bytes", "note"])
 
     def to_dict(self, batch: int | None = None) -> dict:
@@ -182,6 +190,7 @@ class MemoryEstimate:
             "activations_per_sample": self.activation_bytes_per_sample,
             "workspace_per_sample": self.workspace_bytes_per_sample,
             "fixed": self.fixed_bytes,
+            "step_peak": self.step_peak_bytes,
             "details": self.details,
         }
         if batch is not None:
@@ -303,8 +312,8 @@ def static_estimate(graph: Graph, optimizer: str = "sgd", dtype: str | None = No
     MemoryEstimate
         ``estimate="static"``. ``M_params`` = Σ recv bytes; ``M_act`` = Σ bytes
         of forward outputs read by a backward op (:func:`saved_activations`)
-        / batch; workspace per sample = the largest single forward output per
-        sample (the gradient of the largest activation is alive while the
+        / batch; workspace per sample = the largest single forward output with
+        a leading batch dimension, per sample (the gradient of the largest activation is alive while the
         backward of its layer runs).
 
     Raises
@@ -332,7 +341,8 @@ def static_estimate(graph: Graph, optimizer: str = "sgd", dtype: str | None = No
     saved, unknown = saved_activations(graph)
     largest = 0
     for op in graph.compute_ops():
-        if op.phase == "forward":
+        # per-sample tensors only: a leading batch dimension (parameter views like t(weight) are not)
+        if op.phase == "forward" and op.output_shapes and op.output_shapes[0] and op.output_shapes[0][0] == b:
             n = _output_bytes(op)
             if n:
                 largest = max(largest, n)
