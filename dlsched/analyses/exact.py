@@ -27,7 +27,7 @@ Pruning: a node's lower bound is the largest of
   that must follow each op.
 
 A node is cut when its bound reaches the best makespan found so far (seeded
-with the canonical order and a shortest-transfer-first order).
+with the canonical, shortest-transfer-first, TAC and TIC orders).
 """
 from __future__ import annotations
 
@@ -201,7 +201,7 @@ class _Search:
         if self.timed_out:
             return
         self.explored += 1
-        if self.deadline is not None and (self.explored & 63) == 0 and time.perf_counter() > self.deadline:
+        if self.deadline is not None and time.perf_counter() > self.deadline:
             self.timed_out = True
             return
         while ci < len(self.channels) and len(seqs[self.channels[ci]]) == len(self.on_channel[self.channels[ci]]):
@@ -216,6 +216,9 @@ class _Search:
         for i in self.on_channel[k]:
             if i in placed:
                 continue
+            if self.deadline is not None and time.perf_counter() > self.deadline:
+                self.timed_out = True
+                return
             seq.append(i)
             b = self.lower_bound(seqs)
             seq.pop()
@@ -296,6 +299,8 @@ def exact_order(graph: Graph, times: Mapping[str, float], time_limit: float | No
     # Incumbents: canonical order, then shortest transfer first.
     s.offer({k: list(v) for k, v in s.on_channel.items()})
     s.offer({k: sorted(v, key=lambda i: (sg.dur[i], i)) for k, v in s.on_channel.items()})
+    for prio in _heuristic_orders(graph, times):
+        s.offer({k: sorted(v, key=lambda i: (prio.get(sg.names[i], math.inf), i)) for k, v in s.on_channel.items()})
     root_bound = s.lower_bound({k: [] for k in s.channels})
     if s.best > root_bound + 1e-12 * max(1.0, s.best):
         s.search({k: [] for k in s.channels}, 0)
@@ -309,6 +314,16 @@ def exact_order(graph: Graph, times: Mapping[str, float], time_limit: float | No
     best = s.best if math.isfinite(s.best) else 0.0
     return ExactResult(priorities, best, proven, best if proven else min(root_bound, best), s.explored,
                        time.perf_counter() - t0)
+
+
+def _heuristic_orders(graph: Graph, times: Mapping[str, float]):
+    """TAC and TIC orders as starting incumbents (good ones prune more)."""
+    try:
+        from .tac import tac_order
+        from .tic import tic_order
+    except ImportError:  # the heuristics are optional here
+        return []
+    return [tac_order(graph, times), tic_order(graph)]
 
 
 def _rank_of(sg: SimGraph, order: list[int]) -> list[int]:
