@@ -243,10 +243,15 @@ def profile_onnx(path, graph: Graph, device: str = "cpu", runs: int = 5, warmup:
 
     starts = sorted(e["ts"] for e in events if e.get("cat") == "Session" and e.get("name") == "model_run")
     per_run: dict[str, list[float]] = {}
-    for e in events:
+    seen: dict[str, int] = {}
+    for e in sorted(events, key=lambda e: e.get("ts", 0)):
         if e.get("cat") != "Node" or not e.get("name", "").endswith(_KERNEL):
             continue
-        run = bisect_right(starts, e["ts"]) - 1 - warmup
+        if starts:
+            run = bisect_right(starts, e["ts"]) - 1 - warmup
+        else:  # no model_run markers: the k-th execution of a node belongs to run k
+            seen[e["name"]] = seen.get(e["name"], -1) + 1
+            run = seen[e["name"]] - warmup
         if run < 0:
             continue
         times = per_run.setdefault(e["name"][:-len(_KERNEL)], [0.0] * runs)
