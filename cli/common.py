@@ -23,7 +23,7 @@ def model_options(fn):
     @click.option("--ps", type=click.IntRange(min=1), default=None, help="Number of parameter servers [default: 1].")
     @click.option("--ps-strategy", type=click.Choice(["round-robin", "greedy"]), default=None,
                   help="How parameters are spread over servers [default: round-robin].")
-    @click.option("--buffers", is_flag=True, help="torch: also treat registered buffers as transfers.")
+    @click.option("--buffers", is_flag=True, help="Also treat non-trainable state as transfers: torch buffers, ONNX BatchNorm mean/variance.")
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         return fn(*args, **kwargs)
