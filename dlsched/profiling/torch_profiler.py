@@ -1,0 +1,219 @@
+"""Per-op time oracle for a PyTorch factory, measured by an fx Interpreter (DESIGN §3).
+
+The factory is traced exactly as :mod:`dlsched.importers.torch_importer` does
+(the same :func:`~dlsched.importers.torch_importer.trace_factory`), so the
+profiled names are the DAG's compute-op names. :class:`TimingInterpreter`
+(built like torch.fx's ``passes/shape_prop.py``) runs the traced graph node by
+node and times every compute node: after ``warmup`` whole-graph runs, the graph
+runs ``runs`` more times and each op keeps its minimum (``Time(op)``, TicTac
+§3.1) and median. Inference runs under ``torch.no_grad()``; training runs the
+``make_fx`` joint graph, which already holds the backward ops (also under
+``no_grad``: autograd must not record the explicit backward a second time).
+
+On CPU a node is timed with :func:`time.perf_counter` around its (synchronous)
+execution. On CUDA every node is bracketed by ``torch.cuda.Event``s and the
+device is synchronised after each run before the events are read, so
+asynchronous kernel launches are never timed with the host clock.
+
+Transfers (recv/send) are not profiled here; the network model times them.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Callable
+
+from dlsched.dag import Graph
+from dlsched.errors import DlschedError
+
+_COMPUTE_NODES = ("call_module", "call_function", "call_method")
+
+
+def _interpreter_class():
+    """Build :class:`TimingInterpreter` lazily (torch is imported only when profiling)."""
+    import torch
+
+    class TimingInterpreter(torch.fx.Interpreter):
+        """An fx Interpreter that records each compute node's execution time.
+
+        Parameters
+        ----------
+        gm : torch.fx.GraphModule
+        device : {"cpu", "cuda"}
+        timed : set of str
+            fx node names to time (the DAG's compute ops).
+
+        After :meth:`run`, ``last`` maps each timed node name to its time in
+        seconds for that run.
+        """
+
+        def __init__(self, gm, device: str = "cpu", timed: set | None = None):
+            super().__init__(gm)
+            self.device = device
+            self.timed = timed if timed is not None else {
+                n.name for n in gm.graph.nodes if n.op in _COMPUTE_NODES}
+            self.last: dict[str, float] = {}
+            self._events: dict[str, tuple] = {}
+
+        def run(self, *args, **kwargs):
+            self.last = {}
+            self._pending: list[str] = []
+            result = super().run(*args, **kwargs)
+            if self.device == "cuda":
+                torch.cuda.synchronize()
+                for name in self._pending:
+                    start, end = self._events[name]
+                    self.last[name] = start.elapsed_time(end) / 1e3  # ms → s
+            return result
+
+        def run_node(self, n):
+            if n.name not in self.timed:
+                return super().run_node(n)
+            if self.device == "cuda":
+                pair = self._events.get(n.name)
+                if pair is None:
+                    pair = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                    self._events[n.name] = pair
+                pair[0].record()
+                result = super().run_node(n)
+                pair[1].record()
+                self._pending.append(n.name)
+                return result
+            start = time.perf_counter()
+            result = super().run_node(n)
+            self.last[n.name] = time.perf_counter() - start
+            return result
+
+    return TimingInterpreter
+
+
+def timing_interpreter(gm, device: str = "cpu", timed: set | None = None):
+    """A ``TimingInterpreter`` over ``gm`` (see :func:`_interpreter_class`)."""
+    return _interpreter_class()(gm, device=device, timed=timed)
+
+
+def _to_device(traced, device: str):
+    import torch
+
+    if device == "cpu":
+        return traced.gm, traced.args
+    gm = traced.gm.to(device)
+    args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in traced.args)
+    return gm, args
+
+
+def check_device(device: str) -> None:
+    """Raise :class:`DlschedError` unless ``device`` is ``cpu`` or an available ``cuda``."""
+    if device not in ("cpu", "cuda"):
+        raise DlschedError(f"unknown device {device!r}; expected cpu or cuda")
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise DlschedError(
+                "--device cuda was requested, but no CUDA device is available to PyTorch "
+                f"(torch {torch.__version__}, built with CUDA {torch.version.cuda or 'none'}); "
+                "profile on cpu or run on a machine with a GPU")
+
+
+def profile_torch(spec: str, graph: Graph, device: str = "cpu", runs: int = 5, warmup: int = 1,
+                  progress: Callable[[int, int], Any] | None = None):
+    """Time every compute op of ``graph`` on the real PyTorch model ``spec`` (DESIGN §3).
+
+    Parameters
+    ----------
+    spec : str
+        The factory the graph was imported from (``file.py:fn`` or ``module:fn``).
+    graph : Graph
+        The DAG from :func:`~dlsched.importers.torch_importer.import_factory`;
+        its ``mode`` and ``source["batch"]`` select what is traced and run.
+    device : {"cpu", "cuda"}
+    runs : int
+        Timed whole-graph runs after warm-up (each op keeps min and median).
+    warmup : int
+        Untimed whole-graph runs first.
+    progress : callable, optional
+        ``progress(done, total)`` after each whole-graph run (warm-up included),
+        ``total = warmup + runs``.
+
+    Returns
+    -------
+    (pandas.DataFrame, dict)
+        Columns ``op, time, runs, median, op_type, resource, source``: one row
+        per timed compute op, in canonical order, ``time`` the minimum in
+        seconds, ``source = "profiled"``. The dict maps each compute op that
+        could not be timed to the reason.
+
+    Raises
+    ------
+    DlschedError
+        ``runs < 1``, ``warmup < 0``, an unknown device, CUDA requested but not
+        available, or the model fails while running.
+    ImportFailure
+        The factory cannot be loaded or traced.
+
+    Example
+    -------
+    >>> from dlsched.importers.torch_importer import import_factory
+    >>> spec = "examples/torch_models.py:small_cnn"
+    >>> g = import_factory(spec, batch=4)                         # doctest: +SKIP
+    >>> df, missing = profile_torch(spec, g, runs=3)              # doctest: +SKIP
+    >>> bool((df["time"] <= df["median"]).all()), missing         # doctest: +SKIP
+    (True, {})
+    """
+    import pandas as pd
+    import torch
+
+    from dlsched.importers.torch_importer import trace_factory
+
+    if runs < 1:
+        raise DlschedError(f"--runs must be at least 1, got {runs}")
+    if warmup < 0:
+        raise DlschedError(f"--warmup must be 0 or more, got {warmup}")
+    check_device(device)
+    batch = (graph.source or {}).get("batch")
+    traced = trace_factory(spec, mode=graph.mode, batch=batch, buffers=False, shapes=False)
+    compute = graph.compute_ops()
+    by_op = {op: node for node, op in traced.op_names.items()}
+    fx_kind = {n.name: n.op for n in traced.gm.graph.nodes}
+    timed = {by_op[op.name] for op in compute if op.name in by_op and fx_kind[by_op[op.name]] in _COMPUTE_NODES}
+    gm, args = _to_device(traced, device)
+    interp = timing_interpreter(gm, device=device, timed=timed)
+    samples: dict[str, list[float]] = {name: [] for name in timed}
+    total = warmup + runs
+    # Training graphs mutate their buffer arguments (BatchNorm running stats): give each run fresh copies.
+    clone = traced.mode == "training"
+    with torch.no_grad():
+        for i in range(total):
+            run_args = tuple(a.clone() if clone and isinstance(a, torch.Tensor) else a for a in args)
+            try:
+                interp.run(*run_args)
+            except Exception as e:
+                raise DlschedError(f"{spec}: running the traced model on {device} failed "
+                                   f"({type(e).__name__}: {e})") from None
+            if i >= warmup:
+                for name, t in interp.last.items():
+                    samples[name].append(t)
+            if progress is not None:
+                progress(i + 1, total)
+    rows, missing = [], {}
+    for op in compute:
+        node = by_op.get(op.name)
+        if node is None:
+            missing[op.name] = (f"no node named {op.name!r} in the traced model {spec} "
+                                f"(the DAG was made from another model or version)")
+            continue
+        if node not in timed:
+            missing[op.name] = f"fx node {node!r} is not a compute node of the traced model"
+            continue
+        ts = samples[node]
+        if len(ts) < runs:
+            missing[op.name] = f"executed in {len(ts)} of {runs} runs (the traced graph skipped it)"
+            continue
+        rows.append({"op": op.name, "time": min(ts), "runs": len(ts), "median": statistics.median(ts),
+                     "op_type": op.op_type, "resource": op.resource, "source": "profiled"})
+    df = pd.DataFrame(rows, columns=["op", "time", "runs", "median", "op_type", "resource", "source"])
+    return df, missing
+
+
+__all__ = ["profile_torch", "timing_interpreter", "check_device"]
