@@ -1,0 +1,600 @@
+"""TensorFlow importers: a GraphDef (``.pb``/``.pbtxt``) or a SavedModel → the common DAG.
+
+DESIGN §2. Parameters become recv ops named after the variable:
+
+- TF1 ``VariableV2`` (or ``Variable``): the ``…/read`` Identity (any Identity
+  reading the variable directly) merges into the recv, so its consumers depend
+  on the recv.
+- TF2 ``VarHandleOp`` or a resource ``Placeholder`` (a tf.function's captured
+  variable): the ``ReadVariableOp`` merges into the recv. A resource placeholder
+  keeps its node name; for a SavedModel the importer maps each captured handle
+  back to its ``tf.Variable`` and names the recv after it (``conv1_conv/kernel``).
+  ``examples/build_keras.py`` writes GraphDefs whose variables are already
+  ``VarHandleOp`` nodes named after their paths.
+- Frozen graphs (no variables): floating-point ``Const`` tensors of rank ≥ 1
+  (``frozen_consts=True``).
+
+Recvs come in declaration (GraphDef) order. Initialisers, ``Assign*``, save and
+restore machinery, and whatever only feeds them, are dropped. The remaining
+nodes are compute ops in GraphDef order, named by node name, with ``op_type``
+the TF op, shapes and dtypes from importing the graph into a ``tf.Graph`` (so
+``batch`` re-infers them), a few JSON-able ``attrs`` (strides, padding, …), and
+data and control (``^name``) edges.
+
+Training mode uses TF's real backward: the graph is imported into a
+``tf.Graph``, a loss ``Σ_outputs mean(y²)`` over the floating-point outputs is
+added (name scope ``dlsched_loss``), and ``tf.gradients(loss, reads)`` builds the
+backward for the **trainable** variables' reads (a ``VarHandleOp`` with
+``_trainable: false``, or a SavedModel variable with ``trainable=False``, is
+not differentiated; GraphDefs carry no other trainability flag, so every
+variable counts as trainable there). The same path serves SavedModels, after
+their serving function is inlined into a flat graph. Each trainable variable
+gets one send ``<var>/grad`` fed by the op producing its gradient (an ``AddN``
+named ``dlsched_grad/<var>`` when the variable is read more than once). Ops the
+loss depends on are ``phase="forward"``, the others ``backward``. Non-trainable
+state (BatchNorm moving statistics) is read (a recv) but has no send.
+
+Example
+-------
+>>> g = import_graphdef(".cache/models/resnet50.pb", batch=8)   # doctest: +SKIP
+>>> len(g.recvs()), g.param_count                              # doctest: +SKIP
+(320, 25636712)
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dlsched.dag import COMPUTE, RECV, SEND, Graph, dtype_size, uplink
+from dlsched.errors import ImportFailure
+
+REF_VARIABLE_OPS = {"VariableV2", "Variable"}
+RESOURCE_VARIABLE_OPS = {"VarHandleOp"}
+# Ops that only initialise, save or restore state; they and what only feeds them are dropped.
+MACHINERY_OPS = {
+    "Assign", "AssignAdd", "AssignSub", "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
+    "SaveV2", "Save", "SaveSlices", "RestoreV2", "Restore", "RestoreSlice", "MergeV2Checkpoints",
+    "ShardedFilename", "ShardedFilespec", "VarIsInitializedOp", "IsVariableInitialized",
+    "DestroyResourceOp",
+}
+ATTR_KEYS = ("strides", "padding", "data_format", "ksize", "dilations", "explicit_paddings",
+             "transpose_a", "transpose_b", "adj_x", "adj_y", "epsilon", "is_training", "keep_dims",
+             "align_corners", "half_pixel_centers")
+FLOAT_DTYPES = {"float16", "bfloat16", "float32", "float64"}
+LOSS_SCOPE = "dlsched_loss"
+GRAD_SCOPE = "dlsched_grad"
+
+
+@dataclass
+class Variable:
+    """A parameter of a TF graph: its node, recv name, shape, dtype and read nodes."""
+
+    node: str
+    name: str
+    kind: str  # "ref", "resource" or "const"
+    shape: list | None
+    dtype: str
+    trainable: bool = True
+    reads: list = field(default_factory=list)
+    aliases: list = field(default_factory=list)  # resource Identity nodes forwarding the handle (inlining)
+
+
+@dataclass
+class PreparedGraph:
+    """A flat GraphDef ready to convert or to run, with what the importer found in it.
+
+    ``graph_def`` has every variable as a ``VariableV2``/``VarHandleOp`` node (or
+    a ``Const`` for frozen graphs), the batch applied, and, in training mode,
+    the loss and gradient nodes. ``gradients`` maps a variable's recv name to
+    the node producing its gradient.
+    """
+
+    graph_def: object
+    name: str
+    fmt: str
+    path: str
+    mode: str
+    batch: int | None
+    variables: list
+    kept: list  # compute node names, GraphDef order
+    inputs: list  # fed placeholder node names
+    outputs: list  # forward output node names
+    loss: str | None = None
+    gradients: dict = field(default_factory=dict)
+
+
+def _tf():
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import tensorflow as tf
+
+    return tf
+
+
+def _split_input(inp: str) -> tuple[str, bool]:
+    ctrl = inp.startswith("^")
+    return inp.lstrip("^").split(":")[0], ctrl
+
+
+def _dtype_name(enum: int) -> str:
+    tf = _tf()
+    return tf.dtypes.as_dtype(enum).base_dtype.name
+
+
+# -- reading files ----------------------------------------------------------------
+
+def read_graphdef(path: str | Path):
+    """Parse a binary ``.pb`` or text ``.pbtxt`` GraphDef.
+
+    Raises
+    ------
+    ImportFailure
+        Missing or unparsable file, or a file holding no graph nodes.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ImportFailure(f"{path}: no such GraphDef file")
+    tf = _tf()
+    gd = tf.compat.v1.GraphDef()
+    data = path.read_bytes()
+    try:
+        if path.suffix == ".pbtxt":
+            from google.protobuf import text_format
+
+            text_format.Parse(data.decode("utf-8"), gd)
+        else:
+            gd.ParseFromString(data)
+    except Exception as e:  # DecodeError, ParseError, UnicodeDecodeError
+        kind = "text-format" if path.suffix == ".pbtxt" else "binary"
+        raise ImportFailure(f"{path}: not a valid {kind} TensorFlow GraphDef; the protobuf does not parse "
+                            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no detail'})") from None
+    if not gd.node or any(not n.name or not n.op for n in gd.node):
+        raise ImportFailure(f"{path}: not a TensorFlow GraphDef (it parses, but holds no valid graph nodes)")
+    return gd
+
+
+def resource_placeholders_to_variables(graph_def, variables: dict[str, tuple]):
+    """Turn resource placeholders into ``VarHandleOp`` nodes named after their variables.
+
+    Parameters
+    ----------
+    graph_def : GraphDef
+    variables : dict
+        Placeholder node name → ``(variable name, shape list or None, dtype enum, trainable)``.
+
+    Returns
+    -------
+    GraphDef
+        A new graph: the variable nodes first, in ``variables`` order, then the
+        other nodes with their inputs renamed.
+    """
+    tf = _tf()
+    rename = {ph: spec[0] for ph, spec in variables.items()}
+    others = {n.name for n in graph_def.node if n.name not in rename}
+    clash = sorted(set(rename.values()) & others)
+    if len(set(rename.values())) != len(rename) or clash:
+        # Keep placeholder names where variable names are ambiguous or collide.
+        rename = {ph: (ph if spec[0] in others or list(rename.values()).count(spec[0]) > 1 else spec[0])
+                  for ph, spec in variables.items()}
+    by_name = {n.name: n for n in graph_def.node}
+    out = tf.compat.v1.GraphDef()
+    out.versions.CopyFrom(graph_def.versions)
+    out.library.CopyFrom(graph_def.library)
+    for ph, (_, shape, dtype, trainable) in variables.items():
+        node = out.node.add()
+        node.name = rename[ph]
+        node.op = "VarHandleOp"
+        node.device = by_name[ph].device
+        node.attr["dtype"].type = dtype
+        node.attr["shape"].shape.CopyFrom(tf.TensorShape(shape).as_proto())
+        node.attr["container"].s = b""
+        node.attr["shared_name"].s = rename[ph].encode()
+        node.attr["_trainable"].b = bool(trainable)
+    for n in graph_def.node:
+        if n.name in rename:
+            continue
+        new = out.node.add()
+        new.CopyFrom(n)
+        for i, inp in enumerate(n.input):
+            base, ctrl = _split_input(inp)
+            if base in rename:
+                new.input[i] = inp.replace(base, rename[base], 1)
+        if "_class" in n.attr:  # colocation constraints name nodes too
+            locs = [loc.decode() for loc in n.attr["_class"].list.s]
+            new.attr["_class"].list.s[:] = [
+                (f"loc:@{rename[loc[5:]]}" if loc.startswith("loc:@") and loc[5:] in rename else loc).encode()
+                for loc in locs]
+    return out
+
+
+def _shape_from_attr(node, key: str) -> list | None:
+    if key not in node.attr:
+        return None
+    if key == "_output_shapes":
+        shapes = node.attr[key].list.shape
+        if not shapes:
+            return None
+        s = shapes[0]
+    else:
+        s = node.attr[key].shape
+    if s.unknown_rank:
+        return None
+    return [d.size if d.size >= 0 else None for d in s.dim]
+
+
+def _normalise_resources(gd):
+    """Resource placeholders → ``VarHandleOp`` (keeping names); shapes from reads."""
+    tf = _tf()
+    consumers: dict[str, list] = {}
+    for n in gd.node:
+        for inp in n.input:
+            consumers.setdefault(_split_input(inp)[0], []).append(n)
+    specs = {}
+    for n in gd.node:
+        if n.op == "Placeholder" and n.attr["dtype"].type == tf.resource.as_datatype_enum:
+            shape, dtype = None, None
+            if "_handle_shapes" in n.attr and n.attr["_handle_shapes"].list.shape:
+                s = n.attr["_handle_shapes"].list.shape[0]
+                shape = None if s.unknown_rank else [d.size if d.size >= 0 else None for d in s.dim]
+            if "_handle_dtypes" in n.attr and n.attr["_handle_dtypes"].list.type:
+                dtype = n.attr["_handle_dtypes"].list.type[0]
+            for c in consumers.get(n.name, []):
+                if c.op == "ReadVariableOp":
+                    dtype = dtype or c.attr["dtype"].type
+                    shape = shape or _shape_from_attr(c, "_output_shapes")
+            specs[n.name] = (n.name, shape, dtype or tf.float32.as_datatype_enum, True)
+    if not specs:
+        return gd
+    return resource_placeholders_to_variables(gd, specs)
+
+
+def _flatten_saved_model(path: Path):
+    """Inline a SavedModel's serving function into a flat GraphDef with named variables."""
+    if not path.is_dir() or not any((path / f).is_file() for f in ("saved_model.pb", "saved_model.pbtxt")):
+        raise ImportFailure(f"{path}: not a TensorFlow SavedModel folder (no saved_model.pb or saved_model.pbtxt "
+                            "in it); pass a SavedModel directory, a .pb/.pbtxt GraphDef, .onnx or .dag.json")
+    tf = _tf()
+    try:
+        loaded = tf.saved_model.load(str(path))
+    except Exception as e:
+        raise ImportFailure(f"{path}: TensorFlow cannot load this SavedModel ({type(e).__name__}: "
+                            f"{str(e).splitlines()[0] if str(e) else ''})") from None
+    sigs = dict(loaded.signatures)
+    if "serving_default" in sigs:
+        fn = sigs["serving_default"]
+    elif len(sigs) == 1:
+        fn = next(iter(sigs.values()))
+    else:
+        raise ImportFailure(f"{path}: the SavedModel has {'no' if not sigs else len(sigs)} signatures "
+                            f"({', '.join(sigs) or 'none'}) and none is serving_default; save it with a "
+                            "serving_default signature")
+    try:
+        from tensorflow.python.framework import convert_to_constants
+
+        gd = convert_to_constants._run_inline_graph_optimization(fn, False, True)
+    except Exception:  # private API moved: fall back to the un-inlined graph
+        gd = fn.graph.as_graph_def()
+    by_handle = {id(v.handle): v for v in fn.variables}
+    order = {id(v): i for i, v in enumerate(fn.variables)}
+    captured = [(internal.op.name, by_handle[id(external)]) for external, internal in fn.graph.captures
+                if id(external) in by_handle]
+    captured.sort(key=lambda pv: order[id(pv[1])])  # declaration order
+    specs = {ph: (var.name.split(":")[0], var.shape.as_list(), var.dtype.as_datatype_enum, bool(var.trainable))
+             for ph, var in captured}
+    return resource_placeholders_to_variables(gd, specs)
+
+
+# -- analysing the graph ------------------------------------------------------------
+
+def _set_batch(gd, batch: int | None) -> None:
+    tf = _tf()
+    for n in gd.node:
+        if "_output_shapes" in n.attr:
+            del n.attr["_output_shapes"]  # stale after a batch change; shapes are re-inferred
+        if batch is None or n.op != "Placeholder" or n.attr["dtype"].type == tf.resource.as_datatype_enum:
+            continue
+        s = n.attr["shape"].shape
+        if not s.unknown_rank and len(s.dim) >= 1:
+            s.dim[0].size = batch
+
+
+def _find_variables(gd, frozen_consts: bool) -> dict[str, Variable]:
+    tf = _tf()
+    found: dict[str, Variable] = {}
+    for n in gd.node:
+        if n.op in REF_VARIABLE_OPS:
+            found[n.name] = Variable(n.name, n.name, "ref", _shape_from_attr(n, "shape"), _dtype_name(n.attr["dtype"].type))
+        elif n.op in RESOURCE_VARIABLE_OPS:
+            trainable = n.attr["_trainable"].b if "_trainable" in n.attr else True
+            found[n.name] = Variable(n.name, n.name, "resource", _shape_from_attr(n, "shape"),
+                                     _dtype_name(n.attr["dtype"].type), trainable)
+    if not found and frozen_consts:
+        for n in gd.node:
+            if n.op == "Const":
+                t = n.attr["value"].tensor
+                dt = tf.dtypes.as_dtype(t.dtype).name
+                dims = [d.size for d in t.tensor_shape.dim]
+                if dt in FLOAT_DTYPES and len(dims) >= 1:
+                    found[n.name] = Variable(n.name, n.name, "const", dims, dt)
+    # Inlined functions forward handles through resource Identity nodes: they belong to the variable.
+    alias = {name: name for name, v in found.items() if v.kind == "resource"}
+    resource_enum = tf.resource.as_datatype_enum
+    for n in gd.node:  # GraphDef order; a later pass catches chains listed out of order
+        if n.op == "Identity" and n.input and n.attr["T"].type == resource_enum:
+            base, ctrl = _split_input(n.input[0])
+            if base in alias and not ctrl:
+                alias[n.name] = alias[base]
+                found[alias[base]].aliases.append(n.name)
+    for n in gd.node:
+        if n.op in ("Identity", "ReadVariableOp") and n.input:
+            base, ctrl = _split_input(n.input[0])
+            var = found.get(alias.get(base, base))
+            if var is None or ctrl:
+                continue
+            if (var.kind == "ref" and n.op == "Identity") or (var.kind == "resource" and n.op == "ReadVariableOp") \
+                    or (var.kind == "const" and n.op == "Identity" and n.name == f"{var.node}/read"):
+                var.reads.append(n.name)
+    return found
+
+
+def _kept_nodes(gd, variables: dict[str, Variable]) -> list[str]:
+    """Compute nodes left after dropping init/save machinery (GraphDef order)."""
+    import networkx as nx
+
+    names = [n.name for n in gd.node]
+    nodes = {n.name: n for n in gd.node}
+    protected = set(variables)
+    for v in variables.values():
+        protected.update(v.reads)
+        protected.update(v.aliases)
+    dg = nx.DiGraph()
+    dg.add_nodes_from(names)
+    for n in gd.node:
+        for inp in n.input:
+            base, _ = _split_input(inp)
+            if base in nodes:
+                dg.add_edge(base, n.name)
+    try:
+        order = list(nx.topological_sort(dg))
+    except nx.NetworkXUnfeasible:
+        order = names  # cycles (control flow loops) are reported by Graph.validate later
+    dropped = {n for n in names if nodes[n].op in MACHINERY_OPS}
+    changed = True
+    while changed:
+        changed = False
+        for n in order:  # forward: anything waiting on machinery is machinery (init, restore_all)
+            if n not in dropped and n not in protected and any(p in dropped for p in dg.predecessors(n)):
+                dropped.add(n)
+                changed = True
+        for n in reversed(order):  # backward: what only feeds machinery is machinery (initialisers)
+            succ = list(dg.successors(n))
+            if n not in dropped and n not in protected and succ and all(s in dropped for s in succ):
+                dropped.add(n)
+                changed = True
+    return [n for n in names if n not in dropped and n not in protected]
+
+
+def _add_training(gd, variables: dict[str, Variable], outputs: list[str]):
+    """Append a loss and ``tf.gradients`` for the trainable variables' reads."""
+    tf = _tf()
+    g = tf.Graph()
+    with g.as_default():
+        tf.graph_util.import_graph_def(gd, name="")
+        outs = [t for o in outputs for t in g.get_operation_by_name(o).outputs if t.dtype.is_floating]
+        if not outs:
+            raise ImportFailure("the graph has no floating-point output to build a training loss from")
+        with tf.name_scope(LOSS_SCOPE):
+            terms = [tf.reduce_mean(tf.square(t)) for t in outs]
+            loss = tf.add_n(terms, name="loss") if len(terms) > 1 else tf.identity(terms[0], name="loss")
+        train = [v for v in variables.values() if v.trainable]
+        reads = []
+        for v in train:
+            nodes = v.reads if v.kind != "const" else [v.node]
+            reads.extend((v, g.get_operation_by_name(r).outputs[0]) for r in nodes)
+        grads = tf.gradients(loss, [t for _, t in reads])
+        per_var: dict[str, list] = {}
+        for (v, _), gr in zip(reads, grads):
+            if gr is None:
+                continue
+            if isinstance(gr, tf.IndexedSlices):
+                gr = tf.convert_to_tensor(gr)
+            per_var.setdefault(v.name, []).append(gr)
+        producers = {}
+        for v in train:
+            gs = per_var.get(v.name)
+            if not gs:
+                continue
+            t = gs[0] if len(gs) == 1 else tf.add_n(gs, name=f"{GRAD_SCOPE}/{v.name}")
+            producers[v.name] = t.op.name
+    return g.as_graph_def(), loss.op.name, producers
+
+
+def _jsonable_attr(a):
+    which = a.WhichOneof("value")
+    if which == "s":
+        return a.s.decode("utf-8", "replace")
+    if which in ("i", "f", "b"):
+        return getattr(a, which)
+    if which == "list":
+        for key in ("i", "f", "s", "b"):
+            vals = list(getattr(a.list, key))
+            if vals:
+                return [v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in vals]
+        return []
+    return None
+
+
+def prepare(path: str | Path, fmt: str, mode: str = "inference", batch: int | None = None,
+            frozen_consts: bool = True) -> PreparedGraph:
+    """Read a GraphDef or SavedModel into a :class:`PreparedGraph` (shared by importer and profiler).
+
+    Parameters
+    ----------
+    path : path
+    fmt : {"graphdef", "savedmodel"}
+    mode : {"inference", "training"}
+    batch : int, optional
+        Replaces the first dimension of every fed placeholder.
+    frozen_consts : bool
+        Treat floating-point ``Const`` of rank ≥ 1 as parameters when the graph has no variables.
+
+    Raises
+    ------
+    ImportFailure
+    """
+    path = Path(path)
+    if mode not in ("inference", "training"):
+        raise ImportFailure(f"unknown mode {mode!r}; expected inference or training")
+    if fmt == "savedmodel":
+        gd = _flatten_saved_model(path)
+        name = path.name
+    else:
+        gd = _normalise_resources(read_graphdef(path))
+        name = path.name[: -len(path.suffix)] if path.suffix else path.name
+    _set_batch(gd, batch)
+    variables = _find_variables(gd, frozen_consts)
+    kept = _kept_nodes(gd, variables)
+    kept_set = set(kept)
+    consumed = set()
+    nodes = {n.name: n for n in gd.node}
+    for n in kept:
+        for inp in nodes[n].input:
+            consumed.add(_split_input(inp)[0])
+    outputs = [n for n in kept if n not in consumed and nodes[n].op != "NoOp"]
+    tf = _tf()
+    inputs = [n for n in kept if nodes[n].op in ("Placeholder", "PlaceholderV2")
+              and nodes[n].attr["dtype"].type != tf.resource.as_datatype_enum]
+    prepared = PreparedGraph(gd, name, fmt, str(path), mode, batch, list(variables.values()), kept, inputs, outputs)
+    if mode == "training":
+        try:
+            gd2, loss, producers = _add_training(gd, variables, outputs)
+        except ImportFailure as e:
+            raise ImportFailure(f"{path}: {e}") from None
+        except Exception as e:
+            raise ImportFailure(f"{path}: TensorFlow could not build the backward graph "
+                                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+        new = [n.name for n in gd2.node if n.name not in nodes]
+        prepared.graph_def = gd2
+        prepared.kept = kept + [n for n in new if n not in kept_set]
+        prepared.loss, prepared.gradients = loss, producers
+    return prepared
+
+
+def to_dag(prepared: PreparedGraph) -> Graph:
+    """Convert a :class:`PreparedGraph` into the common DAG (shapes from a ``tf.Graph``)."""
+    tf = _tf()
+    gd = prepared.graph_def
+    path = prepared.path
+    g = tf.Graph()
+    try:
+        with g.as_default():
+            tf.graph_util.import_graph_def(gd, name="")
+    except Exception as e:
+        raise ImportFailure(f"{path}: TensorFlow cannot import this graph ({type(e).__name__}: "
+                            f"{str(e).splitlines()[0] if str(e) else ''})") from None
+    nodes = {n.name: n for n in gd.node}
+    source = {"format": prepared.fmt, "path": path, "batch": prepared.batch}
+    graph = Graph(prepared.name, prepared.mode, source)
+    owner: dict[str, str] = {}  # variable node / read node → recv name
+    for v in prepared.variables:
+        shape = v.shape
+        if shape is None or any(d is None for d in shape):
+            shp = g.get_operation_by_name(v.reads[0]).outputs[0].shape if v.reads else None
+            if shp is not None and shp.rank is not None and shp.is_fully_defined():
+                shape = shp.as_list()
+        count = 1
+        for d in shape or []:
+            count *= d if d is not None else 0
+        if shape is None:
+            count = 0
+        graph.add_op(v.name, RECV, op_type=nodes[v.node].op, shape=shape, params=count,
+                     bytes=count * dtype_size(v.dtype), dtypes=[v.dtype], output_shapes=[shape])
+        owner[v.node] = v.name
+        for r in v.reads + v.aliases:
+            owner[r] = v.name
+    kept = set(prepared.kept)
+    for name in prepared.kept:
+        node = nodes[name]
+        op = g.get_operation_by_name(name)
+        out_shapes = [t.shape.as_list() if t.shape.rank is not None else None for t in op.outputs]
+        in_shapes = [t.shape.as_list() if t.shape.rank is not None else None for t in op.inputs]
+        attrs = {}
+        for key in ATTR_KEYS:
+            if key in node.attr:
+                val = _jsonable_attr(node.attr[key])
+                if val is not None:
+                    attrs[key] = val
+        graph.add_op(name, COMPUTE, op_type=node.op, output_shapes=out_shapes, input_shapes=in_shapes,
+                     dtypes=[t.dtype.base_dtype.name for t in op.outputs], attrs=attrs)
+    for name in prepared.kept:
+        for inp in nodes[name].input:
+            base, _ = _split_input(inp)
+            src = owner.get(base, base if base in kept else None)
+            if src is not None:
+                graph.add_edge(src, name)
+    if prepared.mode == "training":
+        _mark_phases(graph, prepared)
+    return graph
+
+
+def _mark_phases(graph: Graph, prepared: PreparedGraph) -> None:
+    import networkx as nx
+
+    forward = nx.ancestors(graph.nx, prepared.loss) | {prepared.loss}
+    for op in graph.compute_ops():
+        op.phase = "forward" if op.name in forward else "backward"
+    base = max(op.index for op in graph.ops()) + 1
+    for i, recv in enumerate(graph.recvs()):
+        producer = prepared.gradients.get(recv.name)
+        if producer is None:
+            continue  # non-trainable state: read, never sent back
+        send = graph.add_op(f"{recv.name}/grad", SEND, index=base + i, op_type="Send", bytes=recv.bytes,
+                            params=recv.params, shape=recv.shape, param=recv.name, dtypes=list(recv.dtypes),
+                            phase="backward", resource=uplink(0))
+        graph.add_edge(producer, send.name)
+    graph.renumber()
+
+
+def import_graphdef(path: str | Path, mode: str = "inference", batch: int | None = None,
+                    frozen_consts: bool = True) -> Graph:
+    """Import a TensorFlow GraphDef (binary ``.pb`` or text ``.pbtxt``).
+
+    Parameters
+    ----------
+    path : path
+    mode : {"inference", "training"}
+    batch : int, optional
+        Overrides the (symbolic or fixed) first dimension of the fed placeholders.
+    frozen_consts : bool
+        For graphs without variables, floating-point ``Const`` of rank ≥ 1 become recvs.
+
+    Returns
+    -------
+    Graph
+
+    Raises
+    ------
+    ImportFailure
+        Missing or unparsable file, or a graph TensorFlow cannot import.
+
+    Example
+    -------
+    >>> g = import_graphdef("tf1_mlp.pbtxt")        # doctest: +SKIP
+    >>> [r.name for r in g.recvs()]                 # doctest: +SKIP
+    ['dense1/kernel', 'dense1/bias', 'dense2/kernel', 'dense2/bias']
+    """
+    return to_dag(prepare(path, "graphdef", mode, batch, frozen_consts))
+
+
+def import_saved_model(path: str | Path, mode: str = "inference", batch: int | None = None) -> Graph:
+    """Import a SavedModel folder through its ``serving_default`` (or only) signature.
+
+    The signature's function is inlined into one flat graph; its captured
+    variable handles become ``VarHandleOp`` recvs named after the variables.
+
+    Raises
+    ------
+    ImportFailure
+        The folder is not a SavedModel, cannot be loaded, or has no usable signature.
+    """
+    return to_dag(prepare(path, "savedmodel", mode, batch))
