@@ -267,16 +267,28 @@ def plan_batch(model, memory, margin, optimizer, dtype, measure, measure_batches
         console.print(tt)
 
 
+def _short_seconds(x: float) -> str:
+    return f"{x:.3g} s" if x >= 1 else f"{x * 1e3:.4g} ms"
+
+
 def _hetero(est, worker_specs, global_batch, margin, ref_curve, ref_linear, time_unit, time_source, batch, graph,
             as_json):
     from dlsched.planning import batch as batchplan
     from dlsched.planning.hetero import WorkerSpec, plan_workers
 
+    from dlsched.errors import DlschedError
+
+    timed = [w["name"] for w in worker_specs if "oracle" in w or "times" in w]
+    speed_only = [w["name"] for w in worker_specs if "oracle" not in w and "times" not in w]
+    if timed and speed_only and time_unit != "s":
+        raise DlschedError(
+            f"workers {', '.join(timed)} have times in seconds (oracle or times) but {', '.join(speed_only)} "
+            "only a speed, which is relative to a reference time curve; give --oracle or --measure for that "
+            "reference, or a time source for every worker")
     specs = []
     for w in worker_specs:
         cap = est.largest_batch(w["memory"], margin)
         if "oracle" in w:
-            from dlsched.errors import DlschedError
             from dlsched.planning.memory import graph_batch
 
             ref_batch = batch or (graph_batch(graph) if graph is not None else None)
@@ -284,18 +296,20 @@ def _hetero(est, worker_specs, global_batch, margin, ref_curve, ref_linear, time
                 raise DlschedError(f"worker {w['name']}: an oracle per worker needs --batch (the batch it was "
                                    "profiled at)")
             curve = batchplan.linear_time_curve(_compute_seconds(w["oracle"], graph), ref_batch)
-            specs.append(WorkerSpec(w["name"], cap, curve, speed=ref_curve(1) / curve(1) if time_unit == "s" else 1.0,
-                                    memory=w["memory"], linear=True, source=w["oracle"]))
-            time_unit = "s"
+            # relative speed against the reference curve, when there is one in seconds
+            speed = ref_curve(1) / curve(1) if time_unit == "s" and curve(1) > 0 else float("nan")
+            specs.append(WorkerSpec(w["name"], cap, curve, speed=speed, memory=w["memory"], linear=True,
+                                    source=w["oracle"]))
         elif "times" in w:
             curve = batchplan.interpolated_time_curve(w["times"])
             specs.append(WorkerSpec(w["name"], cap, curve, speed=float("nan"), memory=w["memory"], linear=False,
                                     source="measured times"))
-            time_unit = "s"
         else:
             speed = w["speed"]
             specs.append(WorkerSpec(w["name"], cap, (lambda b, s=speed: ref_curve(b) / s), speed=speed,
                                     memory=w["memory"], linear=ref_linear, source=f"speed × {time_source}"))
+    if timed:
+        time_unit = "s"
     plan = plan_workers(specs, global_batch)
     if as_json:
         d = plan.to_dict()
@@ -305,7 +319,7 @@ def _hetero(est, worker_specs, global_batch, margin, ref_curve, ref_linear, time
         return
     from rich.table import Table
 
-    unit = (lambda x: fmt_seconds(x)) if time_unit == "s" else (lambda x: f"{x:.4g}")
+    unit = _short_seconds if time_unit == "s" else (lambda x: f"{x:.4g}")
     console.print(f"[bold]{est.model}[/]: global batch {global_batch} over {len(specs)} workers, "
                   f"{plan.method} split, {est.estimate} memory estimate, times "
                   f"{'in seconds' if time_unit == 's' else 'in reference per-sample units'} ({time_source})")
@@ -321,7 +335,10 @@ def _hetero(est, worker_specs, global_batch, margin, ref_curve, ref_linear, time
     console.print(t)
     d = plan.to_dict()
     console.print("weight = n·b/X, the factor on each worker's gradient that keeps the aggregate unbiased")
-    console.print(f"iteration time: plan {unit(d['iteration_time'])}, equal split {unit(d['equal_split_time'])}"
-                  + (f" → {d['gain']:.2f}× faster" if d["gain"] else ""))
     if d["equal_split_violations"]:
-        console.print(f"[bold red]* the equal split does not fit memory[/] on: {', '.join(d['equal_split_violations'])}")
+        console.print(f"iteration time: plan {unit(d['iteration_time'])}; the equal split "
+                      f"({unit(d['equal_split_time'])}) [bold red]does not fit memory[/] on "
+                      f"{', '.join(d['equal_split_violations'])} (*)")
+    else:
+        console.print(f"iteration time: plan {unit(d['iteration_time'])}, equal split {unit(d['equal_split_time'])}"
+                      + (f" → {d['gain']:.2f}× faster" if d["gain"] else ""))

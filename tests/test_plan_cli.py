@@ -143,3 +143,25 @@ def test_measured_throughput_table():
     assert all(m["seconds"] > 0 for m in out["measurements"])
     assert {r["batch"] for r in out["throughput"]} == {4, 8, out["batch"]}
     assert out["memory"]["optimizer_state"] == 2 * out["memory"]["parameters"]
+
+
+def test_cluster_file_with_oracles_per_device(synthetic, tmp_path):
+    """A worker with its own oracle is linear in batch from that oracle; speeds scale the reference."""
+    import shutil
+
+    _, path, oracle, compute = synthetic
+    shutil.copy(oracle, tmp_path / "dev.csv")
+    (tmp_path / "c.yaml").write_text(
+        "global_batch: 90\nworkers:\n"
+        "  - {name: ref2x, memory: 1GiB, speed: 2}\n"
+        "  - {name: own, memory: 1GiB, oracle: dev.csv}\n")
+    out = _json(path, "--cluster", tmp_path / "c.yaml", "--oracle", oracle)
+    ws = {w["name"]: w for w in out["workers"]}
+    assert out["method"] == "closed-form" and out["time_unit"] == "s"
+    assert ws["own"]["speed"] == pytest.approx(1.0)
+    assert (ws["ref2x"]["batch"], ws["own"]["batch"]) == (60, 30)
+    assert ws["own"]["time"] == pytest.approx(compute * 30 / 8)
+    assert out["iteration_time"] == pytest.approx(compute * 30 / 8)
+    # a bare speed has no reference when another worker's times are in seconds
+    proc = run_cli("plan-batch", path, "--cluster", tmp_path / "c.yaml")
+    assert_clean_error(proc, "only a speed", "--oracle")

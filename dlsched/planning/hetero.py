@@ -270,7 +270,7 @@ def plan_workers(workers: Sequence[WorkerSpec], global_batch: int) -> HeteroPlan
     """Split ``global_batch`` over ``workers`` to minimise the iteration time.
 
     All-linear workers use the closed form (:func:`split_proportional` with
-    ``v_i`` = speed); otherwise :func:`split_exact` on the curves.
+    ``v_i = 1 / t_i(1)``, samples per unit time); otherwise :func:`split_exact` on the curves.
 
     Raises
     ------
@@ -279,7 +279,11 @@ def plan_workers(workers: Sequence[WorkerSpec], global_batch: int) -> HeteroPlan
     """
     caps = [w.max_batch for w in workers]
     if all(w.linear for w in workers):
-        batches = split_proportional(global_batch, [w.speed for w in workers], caps)
+        # v_i = samples per unit time = 1 / t_i(1) (equals speed / t_ref(1) for speed-scaled curves)
+        rates = [float(w.curve(1)) for w in workers]
+        if any(not r > 0 for r in rates):
+            raise DlschedError("a linear worker time curve must take positive time per sample")
+        batches = split_proportional(global_batch, [1 / r for r in rates], caps)
         method = "closed-form"
     else:
         batches = split_exact(global_batch, [w.curve for w in workers], caps)
