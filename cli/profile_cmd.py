@@ -97,8 +97,14 @@ def profile(output, device, runs, warmup, bandwidth, latency, measure_network, p
         raise DlschedError(f"--warmup must be 0 or more, got {warmup}")
     if peer and not measure_network:
         raise DlschedError("--peer needs --measure-network")
-    bw, lat = parse_bandwidth(bandwidth), parse_duration(latency)
-    dflt = parse_duration(default_time) if default_time is not None else None
+    def parsed(option, fn, text):
+        try:
+            return fn(text)
+        except DlschedError as e:
+            raise DlschedError(f"{option}: {e}") from None
+
+    bw, lat = parsed("--bandwidth", parse_bandwidth, bandwidth), parsed("--latency", parse_duration, latency)
+    dflt = parsed("--default-time", parse_duration, default_time) if default_time is not None else None
     peer_addr = None
     if peer:
         host, _, port = peer.rpartition(":")

@@ -18,7 +18,11 @@ tensor of that many bytes to rank 0 and waits for a 1-byte acknowledgement;
 the client times that round trip. The minimum over repeats per size is fitted
 by least squares to ``t = a + bytes / bandwidth``; ``a`` covers the data's
 and the acknowledgement's latency, so the one-way ``latency = a / 2``.
-Every wait is bounded by ``timeout`` (the process group's timeout).
+Every wait is bounded: each transfer by ``timeout`` (the process group's
+timeout), and the client side runs in a child process
+(``python -m dlsched.profiling.network PLAN``) that the caller kills when a
+deadline passes, since a store handshake with a peer that accepts the
+connection but never answers has no timeout of its own.
 
 Without ``--peer``, ``--measure-network`` starts a peer itself on
 ``127.0.0.1`` with a free port (``net-peer --port 0 --sessions 1``), so the
@@ -250,19 +254,98 @@ def _check_reachable(host: str, port: int, timeout: float) -> None:
             f"'dlsched net-peer --port {port}', or drop --peer to measure between two local processes") from None
 
 
+def _client_transfers(host: str, port: int, sizes, repeats: int, timeout: float, connect_timeout: float,
+                      say=print) -> list[float]:
+    """The client's side of the protocol, in this process: the minimum round trip per size.
+
+    ``say`` receives ``connected`` once the store handshake is done.
+    """
+    import torch
+    import torch.distributed as dist
+
+    _gloo_env(host)
+    store = dist.TCPStore(host, port, 2, False, timeout=_timedelta(connect_timeout))
+    say("connected")
+    store.set(PLAN_KEY, json.dumps({"sizes": [int(s) for s in sizes], "repeats": int(repeats)}))
+    pg = _init_group(store, 1, timeout)
+    ack = torch.zeros(1, dtype=torch.uint8)
+    minima = []
+    for size in sizes:
+        buf = torch.ones(int(size), dtype=torch.uint8)
+        best = math.inf
+        for r in range(repeats + 1):
+            t0 = time.perf_counter()
+            pg.send([buf], 0, 0).wait()
+            pg.recv([ack], 0, 0).wait()
+            dt = time.perf_counter() - t0
+            if r:  # the first transfer of each size warms the pair up
+                best = min(best, dt)
+        minima.append(best)
+    pg.send([ack], 0, 1).wait()
+    del pg, store
+    return minima
+
+
+class _Lines:
+    """Lines of a child's stdout, each read against a deadline (never blocks past it)."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc, self.buf = proc, b""
+
+    def next(self, deadline: float) -> str | None:
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        try:
+            while b"\n" not in self.buf:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                if not sel.select(timeout=min(0.5, left)):
+                    continue
+                chunk = os.read(self.proc.stdout.fileno(), 65536)
+                if not chunk:
+                    return None
+                self.buf += chunk
+        finally:
+            sel.close()
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line.decode(errors="replace").strip()
+
+
+def _read_line(proc: subprocess.Popen, deadline: float) -> str | None:
+    """Read one stdout line of ``proc`` before ``deadline`` (monotonic), else None."""
+    return _Lines(proc).next(deadline)
+
+
+def _reap(proc: subprocess.Popen) -> str:
+    """Stop our own child if still running; return the last line of its stderr."""
+    if proc.poll() is None:
+        proc.kill()
+    try:
+        _, err = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        err = b""
+    lines = (err or b"").decode(errors="replace").strip().splitlines()
+    return lines[-1] if lines else ""
+
+
 def measure_peer(host: str, port: int, sizes=DEFAULT_SIZES, repeats: int = 5, timeout: float = 30.0,
-                 connect_timeout: float = 5.0) -> LinkMeasurement:
+                 connect_timeout: float = 5.0, start_timeout: float = 120.0) -> LinkMeasurement:
     """Measure bandwidth and latency to a running ``dlsched net-peer`` at ``host:port``.
 
     Sends ``uint8`` tensors of each size ``repeats`` times (after one warm-up)
     over gloo, keeps the minimum round trip per size and fits
-    :func:`fit_link` (see the module docstring for the protocol).
+    :func:`fit_link` (see the module docstring for the protocol). The gloo
+    client runs in a child process supervised against deadlines, because a
+    peer that accepts the connection but never answers would block the store
+    handshake without limit; the child is killed when a deadline passes.
 
     Raises
     ------
     NetworkError
         Nothing listens at ``host:port`` (within ``connect_timeout``), the
-        peer dies or stalls (within ``timeout``), or the fit is unusable.
+        peer does not answer (within ``connect_timeout + timeout``), dies or
+        stalls (gloo ``timeout`` per transfer), or the fit is unusable.
 
     Example
     -------
@@ -271,61 +354,51 @@ def measure_peer(host: str, port: int, sizes=DEFAULT_SIZES, repeats: int = 5, ti
     if repeats < 1:
         raise NetworkError(f"network measurement repeats must be at least 1, got {repeats}")
     _check_reachable(host, port, connect_timeout)
-    import torch
-    import torch.distributed as dist
-
-    _gloo_env(host)
     where = f"{host}:{port}"
+    plan = json.dumps({"host": host, "port": port, "sizes": [int(s) for s in sizes], "repeats": repeats,
+                       "timeout": timeout, "connect_timeout": connect_timeout})
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "dlsched.profiling.network", plan], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env)
+    lines = _Lines(proc)
+    failure = None
     try:
-        store = dist.TCPStore(host, port, 2, False, timeout=_timedelta(connect_timeout))
-        store.set(PLAN_KEY, json.dumps({"sizes": [int(s) for s in sizes], "repeats": int(repeats)}))
-        pg = _init_group(store, 1, timeout)
-        ack = torch.zeros(1, dtype=torch.uint8)
-        minima = []
-        for size in sizes:
-            buf = torch.ones(int(size), dtype=torch.uint8)
-            best = math.inf
-            for r in range(repeats + 1):
-                t0 = time.perf_counter()
-                pg.send([buf], 0, 0).wait()
-                pg.recv([ack], 0, 0).wait()
-                dt = time.perf_counter() - t0
-                if r:  # the first transfer of each size warms the pair up
-                    best = min(best, dt)
-            minima.append(best)
-        pg.send([ack], 0, 1).wait()
-        del pg, store
-    except DlschedError:
-        raise
-    except Exception as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise NetworkError(f"the network measurement with the peer at {where} failed: {first}. "
-                           "Is it a dlsched net-peer, and still running?") from None
+        if lines.next(time.monotonic() + start_timeout) != "ready":
+            failure = "the measuring process did not start"
+        elif lines.next(time.monotonic() + connect_timeout + timeout) != "connected":
+            failure = f"no answer from the peer within {connect_timeout + timeout:.0f} s"
+        else:
+            # Each transfer is bounded by gloo's timeout; allow every one of them that much.
+            line = lines.next(time.monotonic() + timeout * (2 + len(sizes) * (repeats + 1)))
+            if line and line.startswith("result "):
+                minima = json.loads(line[len("result "):])
+            else:
+                failure = "the transfer stalled or the peer went away"
+    finally:
+        err = _reap(proc)
+    if failure:
+        detail = f" ({err})" if err else ""
+        raise NetworkError(f"the network measurement with the peer at {where} failed: {failure}{detail}. "
+                           "Is it a dlsched net-peer, and still running?")
     bandwidth, intercept = fit_link(sizes, minima)
     return LinkMeasurement(bandwidth=bandwidth, latency=intercept / 2, peer=where, sizes=[int(s) for s in sizes],
                            min_times=minima, repeats=repeats)
 
 
-def _read_line(proc: subprocess.Popen, deadline: float) -> str | None:
-    """Read one stdout line of ``proc`` before ``deadline`` (monotonic), else None."""
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    buf = b""
+def _client_main(plan_json: str) -> int:
+    """Entry point of the measuring child: prints ready, connected, then ``result [minima]``."""
+    plan = json.loads(plan_json)
+    print("ready", flush=True)
     try:
-        while time.monotonic() < deadline:
-            if not sel.select(timeout=max(0.0, min(0.5, deadline - time.monotonic()))):
-                if proc.poll() is not None:
-                    return None
-                continue
-            chunk = os.read(proc.stdout.fileno(), 4096)
-            if not chunk:
-                return None
-            buf += chunk
-            if b"\n" in buf:
-                return buf.split(b"\n", 1)[0].decode(errors="replace")
-    finally:
-        sel.close()
-    return None
+        minima = _client_transfers(plan["host"], int(plan["port"]), plan["sizes"], int(plan["repeats"]),
+                                   float(plan["timeout"]), float(plan["connect_timeout"]),
+                                   say=lambda s: print(s, flush=True))
+    except Exception as e:  # reported on stderr; the parent names the failure
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(first, file=sys.stderr, flush=True)
+        return 1
+    print("result " + json.dumps(minima), flush=True)
+    return 0
 
 
 def measure_local(sizes=DEFAULT_SIZES, repeats: int = 5, timeout: float = 30.0,
@@ -366,3 +439,7 @@ def measure_local(sizes=DEFAULT_SIZES, repeats: int = 5, timeout: float = 30.0,
         for stream in (proc.stdout, proc.stderr):
             with contextlib.suppress(Exception):
                 stream.close()
+
+
+if __name__ == "__main__":
+    sys.exit(_client_main(sys.argv[1]))

@@ -186,22 +186,28 @@ def _units(forest, types: set) -> tuple[list[dict], list[dict], list[dict]]:
     def is_module(e):
         return e["name"].startswith("nn.Module: ")
 
-    def walk(node, in_module, in_cpu_op):
+    def walk(node, in_module, in_cpu_op) -> bool:
+        """Collect units below ``node``; True when it holds one."""
         e, kids = node
         name = e["name"]
-        if name.startswith("ProfilerStep#"):
+        step = name.startswith("ProfilerStep#")
+        if step:
             steps.append(e)
         elif is_module(e) and not in_module:
             modules.append(e)
         cat = e.get("cat", "")
         typed = cat in ("cpu_op", "python_function", "Operator", "") and (is_module(e) or cat != "python_function")
-        if typed and not name.startswith("ProfilerStep#") and normalize_type(name) in types:
+        if typed and not step and normalize_type(name) in types:
             units.append(e)
-            return
-        if cat == "cpu_op" and not in_cpu_op and not name.startswith("ProfilerStep#"):
-            stray.append(e)
+            return True
+        inner = cat == "cpu_op" and not step
+        found = False
         for k in kids:
-            walk(k, in_module or is_module(e), in_cpu_op or (cat == "cpu_op" and not name.startswith("ProfilerStep#")))
+            found |= walk(k, in_module or is_module(e), in_cpu_op or inner)
+        # A top-level aten op with no DAG op inside it is work the DAG does not know about.
+        if inner and not in_cpu_op and not found:
+            stray.append(e)
+        return found
 
     for root in forest:
         walk(root, False, False)

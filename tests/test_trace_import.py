@@ -1,0 +1,206 @@
+"""``dlsched profile --from-trace``: oracles from PyTorch profiler and TF traces."""
+from __future__ import annotations
+
+import json
+import os
+
+import pandas as pd
+import pytest
+
+from dlsched.profiling.trace_import import TraceError, import_trace, load_trace, normalize_type
+from dlsched.synthetic import random_dag
+from tests.conftest import CACHE, REPO, assert_clean_error, run_cli
+
+SMALL_CNN = "examples/torch_models.py:small_cnn"
+
+
+@pytest.fixture(scope="module")
+def dag_and_trace(tmp_path_factory):
+    """A synthetic DAG saved as .dag.json and a Chrome trace naming its ops, 3 iterations each."""
+    from dlsched.exporters.dag_json import save_dag
+
+    d = tmp_path_factory.mktemp("trace")
+    g, times = random_dag(30, 6, training=True, seed=3)
+    save_dag(g, d / "m.dag.json")
+    events, ts = [], 0.0
+    durations = {}
+    for it in range(3):
+        for op in g.compute_ops():
+            dur = times[op.name] * 1e6 * (1 + 0.5 * it)  # iteration 0 is the fastest
+            durations.setdefault(op.name, []).append(dur * 1e-6)
+            events.append({"ph": "X", "cat": "Op", "name": op.op_type, "ts": ts, "dur": dur, "pid": 1, "tid": 1,
+                           "args": {"name": op.name, "op": op.op_type}})
+            ts += dur + 1
+    events.append({"ph": "X", "cat": "Op", "name": "Foo", "ts": ts, "dur": 3, "pid": 1, "tid": 1,
+                   "args": {"name": "not_in_model", "op": "Foo"}})
+    (d / "trace.json").write_text(json.dumps({"traceEvents": events}))
+    return g, d, durations
+
+
+def _profile_trace(spec: str, mode: str, batch: int, iterations: int, path) -> None:
+    """Record a real torch.profiler Chrome trace of the example model (inference or a training step)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from dlsched.importers.torch_importer import call_factory
+
+    module, inputs, _ = call_factory(spec, batch=batch)
+    if mode == "inference":
+        module.eval()
+        step = lambda: module(*inputs)  # noqa: E731
+        ctx = torch.no_grad()
+    else:
+        import contextlib
+
+        import torch.nn.functional as F
+        module.train()
+
+        def step():
+            out = module(*inputs)
+            loss = F.cross_entropy(out, torch.zeros(out.shape[0], dtype=torch.long))
+            loss.backward()
+        ctx = contextlib.nullcontext()
+    with ctx:
+        step()
+        with profile(activities=[ProfilerActivity.CPU], with_stack=True, with_modules=True,
+                     record_shapes=True) as prof:
+            for _ in range(iterations):
+                step()
+                prof.step()
+    tmp = f"{path}.{os.getpid()}.tmp"
+    prof.export_chrome_trace(tmp)
+    os.replace(tmp, path)
+
+
+@pytest.fixture(scope="module")
+def torch_trace():
+    path = CACHE / "small_cnn_b4_inference.trace.json"
+    if not path.exists():
+        _profile_trace(SMALL_CNN, "inference", 4, 3, path)
+    return path
+
+
+def test_normalize_type_spellings():
+    assert normalize_type("aten::conv2d") == normalize_type("Conv2d") == "conv2d"
+    assert normalize_type("aten.convolution.default") == "convolution"
+    assert normalize_type("nn.Module: MaxPool2d_3") == normalize_type("aten::max_pool2d")
+    assert normalize_type("aten::add_") == normalize_type("iadd") == "add"
+    assert normalize_type("BatchNorm2d") == normalize_type("aten::batch_norm")
+
+
+def test_name_matcher_min_median_runs(dag_and_trace):
+    g, d, durations = dag_and_trace
+    r = import_trace(d / "trace.json", g)
+    assert r.coverage["matcher"] == "name"
+    assert r.coverage["matched"] == len(g.compute_ops()) and r.untimed == {}
+    assert r.coverage["unknown_events"] == {"Foo": 1}
+    df = r.frame.set_index("op")
+    for name, xs in durations.items():
+        assert df.loc[name, "time"] == pytest.approx(min(xs))
+        assert df.loc[name, "median"] == pytest.approx(sorted(xs)[1])
+        assert df.loc[name, "runs"] == 3
+    assert set(df["source"]) == {"trace"}
+
+
+def test_cli_dag_from_trace_writes_full_oracle(dag_and_trace, tmp_path):
+    g, d, durations = dag_and_trace
+    out = tmp_path / "o.csv"
+    proc = run_cli("profile", d / "m.dag.json", "--from-trace", d / "trace.json", "-o", out, "--json")
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert info["trace"]["matched"] == info["compute_ops"] == len(g.compute_ops())
+    assert info["trace"]["fraction"] == 1.0 and info["untimed"] == {}
+    df = pd.read_csv(out)
+    assert set(df["op"]) == {op.name for op in g.ops()}
+    comp = df[df["source"] == "trace"].set_index("op")
+    assert comp["time"].to_dict() == pytest.approx({k: min(v) for k, v in durations.items()}, rel=1e-6)
+    xfer = df[df["source"] == "network-model"]
+    assert len(xfer) == len(g.recvs()) + len(g.sends())
+
+
+def test_tf_timeline_args_name(tmp_path):
+    """TF timelines name the node in args.name and the op type in name."""
+    g, _ = random_dag(5, 2, seed=1)
+    events = [{"ph": "X", "name": "MatMul", "ts": i * 10, "dur": 5 + i, "pid": 0, "tid": 0,
+               "args": {"name": op.name, "op": "MatMul"}} for i, op in enumerate(g.compute_ops()[:4])]
+    p = tmp_path / "timeline.json"
+    p.write_text(json.dumps({"traceEvents": events}))
+    r = import_trace(p, g)
+    assert r.coverage["matched"] == 4
+    missing = g.compute_ops()[4].name
+    assert list(r.untimed) == [missing] and "no 'Fwd' event" in r.untimed[missing]
+
+
+def test_partial_trace_warns_and_default_time_fills(tmp_path):
+    from dlsched.exporters.dag_json import save_dag
+
+    g, _ = random_dag(6, 2, seed=2)
+    save_dag(g, tmp_path / "m.dag.json")
+    ops = g.compute_ops()
+    events = [{"ph": "X", "name": op.name, "ts": i * 10, "dur": 4, "pid": 0, "tid": 0} for i, op in enumerate(ops[:4])]
+    (tmp_path / "t.json").write_text(json.dumps(events))  # a bare event list is a Chrome trace too
+    proc = run_cli("profile", tmp_path / "m.dag.json", "--from-trace", tmp_path / "t.json", "-o", tmp_path / "o.csv")
+    assert proc.returncode == 0, proc.stderr
+    assert "--default-time" in proc.stderr and ops[5].name in proc.stderr
+    proc = run_cli("profile", tmp_path / "m.dag.json", "--from-trace", tmp_path / "t.json", "-o",
+                   tmp_path / "o2.csv", "--default-time", "7us", "--json")
+    info = json.loads(proc.stdout)
+    assert info["untimed"] == {} and sorted(info["defaulted"]) == sorted([ops[4].name, ops[5].name])
+    df = pd.read_csv(tmp_path / "o2.csv").set_index("op")
+    assert df.loc[ops[5].name, "source"] == "default" and df.loc[ops[5].name, "time"] == pytest.approx(7e-6)
+
+
+def test_not_json_trace_is_clean_error(tmp_path, dag_and_trace):
+    _, d, _ = dag_and_trace
+    bad = tmp_path / "broken.json"
+    bad.write_text("this is { not json")
+    out = tmp_path / "o.csv"
+    proc = run_cli("profile", d / "m.dag.json", "--from-trace", bad, "-o", out)
+    assert_clean_error(proc, "broken.json", "not a JSON trace")
+    assert not out.exists()
+    (tmp_path / "obj.json").write_text('{"hello": 1}')
+    assert_clean_error(run_cli("profile", d / "m.dag.json", "--from-trace", tmp_path / "obj.json", "-o", out),
+                       "obj.json", "traceEvents")
+    with pytest.raises(TraceError, match="no such trace file"):
+        load_trace(tmp_path / "absent.json")
+
+
+def test_dag_without_trace_is_refused(dag_and_trace, tmp_path):
+    _, d, _ = dag_and_trace
+    assert_clean_error(run_cli("profile", d / "m.dag.json", "-o", tmp_path / "o.csv"), "--from-trace", "dag.json")
+
+
+@pytest.mark.slow
+def test_torch_profiler_trace_inference_coverage(torch_trace, tmp_path):
+    out = tmp_path / "o.csv"
+    proc = run_cli("profile", SMALL_CNN, "--batch", "4", "--from-trace", torch_trace, "-o", out, "--json")
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    tr = info["trace"]
+    assert tr["matcher"] == "type-alignment"
+    assert tr["fraction"] >= 0.9, tr
+    assert tr["iterations"] == 3
+    df = pd.read_csv(out)
+    comp = df[df["source"] == "trace"]
+    assert len(comp) == tr["matched"]
+    assert (comp["time"] > 0).all() and (comp["time"] <= comp["median"]).all() and (comp["runs"] == 3).all()
+    # The human report names the coverage too.
+    proc = run_cli("profile", SMALL_CNN, "--batch", "4", "--from-trace", torch_trace, "-o", out)
+    assert proc.returncode == 0 and "trace coverage" in proc.stdout and "%" in proc.stdout
+
+
+@pytest.mark.slow
+def test_torch_profiler_trace_training(tmp_path):
+    path = CACHE / "small_cnn_b4_training.trace.json"
+    if not path.exists():
+        _profile_trace(SMALL_CNN, "training", 4, 2, path)
+    proc = run_cli("profile", SMALL_CNN, "--batch", "4", "--mode", "training", "--from-trace", path,
+                   "-o", tmp_path / "o.csv", "--json")
+    assert proc.returncode == 0, proc.stderr
+    tr = json.loads(proc.stdout)["trace"]
+    # Every op with a kernel (not Python tuple indexing or detach bookkeeping) should be found.
+    from dlsched.loader import load_model
+    g = load_model(SMALL_CNN, mode="training", batch=4)
+    kernels = [op.name for op in g.compute_ops() if normalize_type(op.op_type) not in ("getitem", "detach")]
+    matched = set(kernels) - set(tr["unmatched_ops"])
+    assert len(matched) >= 0.8 * len(kernels), tr["unmatched_ops"]
