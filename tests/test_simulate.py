@@ -351,3 +351,18 @@ def test_gantt_of_a_large_multiworker_timeline(tmp_path):
     assert len(r.timeline) == 2 * len(g)
     plot_gantt(r.timeline, tmp_path / "big.png", model=g.name, order="unordered")
     assert (tmp_path / "big.png").stat().st_size > 10_000
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs, st.integers(0, 1000))
+def test_zero_time_ops_match_the_reference(gt, seed):
+    """Ops of zero time (untimed glue ops) finish and release successors at the same instant."""
+    graph, times = gt
+    rng = random.Random(seed)
+    times = {k: (0.0 if rng.random() < 0.3 else v) for k, v in times.items()}
+    prio = draw_priorities(rng, graph, "strict")
+    s = simulate(graph, times, prio)
+    ref, _, _ = reference_makespan(graph, times, prio or {})
+    assert math.isclose(ref, s.makespan, rel_tol=1e-12, abs_tol=1e-15)
+    for u, v in graph.edges():
+        assert s.end[u] <= s.start[v]
