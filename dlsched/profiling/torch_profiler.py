@@ -97,8 +97,22 @@ def _to_device(traced, device: str):
 
     if device == "cpu":
         return traced.gm, traced.args
-    gm = traced.gm.to(device)
-    args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in traced.args)
+    # The graph stays the one traced on CPU (the DAG's names: on CUDA, make_fx would record
+    # cudnn_batch_norm instead of native_batch_norm); only where its tensors live changes.
+    target = torch.device(device)
+    gm = traced.gm.to(target)
+    for node in gm.graph.nodes:
+        dev = node.kwargs.get("device")
+        if isinstance(dev, torch.device) and dev.type == "cpu":  # make_fx bakes in factory devices (zeros, …)
+            node.kwargs = {**node.kwargs, "device": target}
+        elif node.op == "get_attr":  # constants make_fx stored as plain attributes
+            owner_path, _, attr = node.target.rpartition(".")
+            owner = gm.get_submodule(owner_path) if owner_path else gm
+            value = getattr(owner, attr)
+            if isinstance(value, torch.Tensor) and value.device != target:
+                setattr(owner, attr, value.to(target))
+    gm.recompile()
+    args = tuple(a.to(target) if isinstance(a, torch.Tensor) else a for a in traced.args)
     return gm, args
 
 
