@@ -26,6 +26,10 @@ Pruning: a node's lower bound is the largest of
   over its ops' earliest starts ``r`` and the longest chain of work ``q``
   that must follow each op.
 
+Transfers on one channel that exactly the same ops depend on (a layer's
+weight and bias, say) are interchangeable, so only one of their orders is
+explored.
+
 A node is cut when its bound reaches the best makespan found so far (seeded
 with the canonical, shortest-transfer-first, TAC and TIC orders).
 """
@@ -102,6 +106,14 @@ class _Search:
                 self.deps[j] |= self.deps[i]
         self.chan_mask = {k: sum(1 << self.bit[i] for i in self.on_channel[k]) for k in channels}
         self.dep_sum: dict[int, float] = {}
+        # Transfers on one channel that exactly the same ops wait for are
+        # interchangeable: swapping them changes no other op's ready time.
+        dependents: dict[int, int] = {i: 0 for i in sg.recv_ids}
+        for i in range(n):
+            if sg.kinds[i] != RECV:
+                for r in self.recv_of_bits(self.deps[i]):
+                    dependents[r] |= 1 << i
+        self.twin_class = {i: (sg.res[i], dependents[i]) for i in sg.recv_ids}
         self.inner = [(i, tuple(self.pred[i])) for i in self.topo if sg.kinds[i] != RECV]
         # tail[i]: the longest chain of work after op i finishes (static: recvs are roots)
         self.tail = [0.0] * n
@@ -213,9 +225,14 @@ class _Search:
         seq = seqs[k]
         placed = set(seq)
         children = []
+        classes_seen = set()
         for i in self.on_channel[k]:
             if i in placed:
                 continue
+            # interchangeable transfers: only the first unplaced one of a class is tried
+            if self.twin_class[i] in classes_seen:
+                continue
+            classes_seen.add(self.twin_class[i])
             if self.deadline is not None and time.perf_counter() > self.deadline:
                 self.timed_out = True
                 return
