@@ -204,3 +204,55 @@ def test_torch_profiler_trace_training(tmp_path):
     kernels = [op.name for op in g.compute_ops() if normalize_type(op.op_type) not in ("getitem", "detach")]
     matched = set(kernels) - set(tr["unmatched_ops"])
     assert len(matched) >= 0.8 * len(kernels), tr["unmatched_ops"]
+
+
+_TF_TIMELINE = r'''
+import os, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.client import timeline
+v1 = tf.compat.v1
+v1.disable_eager_execution()
+v1.disable_resource_variables()
+src, out = sys.argv[1], sys.argv[2]
+gd = v1.GraphDef()
+gd.ParseFromString(open(src, "rb").read())
+g = tf.Graph()
+with g.as_default():
+    tf.import_graph_def(gd, name="")
+    with v1.Session(graph=g) as sess:
+        sess.run("init")
+        opts = v1.RunOptions(trace_level=v1.RunOptions.FULL_TRACE)
+        meta = v1.RunMetadata()
+        sess.run("logits:0", {"x:0": np.ones((4, 16), np.float32)}, options=opts, run_metadata=meta)
+        trace = timeline.Timeline(meta.step_stats).generate_chrome_trace_format()
+with open(out + ".tmp", "w") as f:
+    f.write(trace)
+os.replace(out + ".tmp", out)
+'''
+
+
+@pytest.mark.slow
+def test_tf_timeline_of_tf1_graph(tmp_path):
+    """A real TF timeline (step stats of a FULL_TRACE session run) matched by node name."""
+    import subprocess
+    import sys
+
+    sys.path.insert(0, str(REPO))
+    from examples.build_keras import build_tf1
+
+    pb = build_tf1(CACHE)["graphdef"]
+    tl = tmp_path / "timeline.json"
+    subprocess.run([sys.executable, "-c", _TF_TIMELINE, str(pb), str(tl)], check=True, capture_output=True,
+                   timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    proc = run_cli("profile", pb, "--from-trace", tl, "-o", tmp_path / "o.csv", "--json")
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    tr = info["trace"]
+    assert tr["matcher"] == "name" and tr["fraction"] == 1.0 and info["untimed"] == {}
+    df = pd.read_csv(tmp_path / "o.csv").set_index("op")
+    # Grappler fuses MatMul + BiasAdd + Relu: the fused node holds the time, the absorbed ops get 0.
+    for op, into in tr["fused"].items():
+        assert df.loc[op, "time"] == 0 and df.loc[into, "time"] > 0
+    assert df.loc["dense1/relu", "time"] > 0 and df.loc["x", "source"] == "trace"

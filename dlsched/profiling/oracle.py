@@ -59,7 +59,8 @@ class OracleResult:
         n_compute = len(graph.compute_ops())
         slow = comp.sort_values("time", ascending=False).head(top)
         return {
-            "ops": int(len(df)),
+            "ops": int(len(df)),  # rows written
+            "graph_ops": len(graph),
             "compute_ops": n_compute,
             "timed": int((comp["source"] != "default").sum()),
             "defaulted": dict(self.defaulted),

@@ -3,9 +3,14 @@
 Two matchers, tried in this order:
 
 1. **By name** — TF timelines (``tensorflow.python.client.timeline``: each
-   event's ``args.name`` is the GraphDef node name), TF profiler traces
-   (``args.long_name`` ``node:Type``) and any Chrome trace whose event names
-   are DAG op names. Used when it matches at least half of the compute ops.
+   event's ``args.name`` is the GraphDef node name; a fed placeholder ``x``
+   appears as ``_arg_x_0_0``), TF profiler traces (``args.long_name``
+   ``node:Type``) and any Chrome trace whose event names are DAG op names.
+   Ops that Grappler fused into a ``_Fused*`` node (MatMul + BiasAdd + Relu
+   become one ``_FusedMatMul`` named after the Relu) have no event of their
+   own: they get time 0, as the fused node's time covers their work, and are
+   listed under ``fused`` in the coverage. Used when it matches at least half
+   of the compute ops.
 2. **By type and order** — PyTorch profiler (Kineto) Chrome traces, whose
    events are named after aten ops (``aten::conv2d``) and, with
    ``with_modules=True``/``with_stack=True``, module calls
@@ -123,6 +128,9 @@ def load_trace(path: str | Path) -> list[dict]:
     return out
 
 
+_TF_ARG = re.compile(r"^_arg_(.+?)_\d+_\d+$")
+
+
 def _name_keys(e: dict) -> list[str]:
     args = e.get("args") or {}
     keys = []
@@ -131,6 +139,8 @@ def _name_keys(e: dict) -> list[str]:
         if isinstance(v, str):
             keys += [v, v.split(":")[0]]
     keys += [e["name"], e["name"].split(":")[0]]
+    # TF feeds a Placeholder through an _Arg node named _arg_<placeholder>_0_0.
+    keys += [m.group(1) for k in keys for m in [_TF_ARG.match(k)] if m]
     return keys
 
 
@@ -144,11 +154,21 @@ def _rows(graph: Graph, samples: dict[str, list[float]]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["op", "time", "runs", "median", "op_type", "resource", "source"])
 
 
-def match_by_name(events: list[dict], graph: Graph) -> tuple[dict, Counter]:
-    """``{op: [seconds, …]}`` for events naming compute ops, and the other event names counted."""
+def match_by_name(events: list[dict], graph: Graph) -> tuple[dict, Counter, dict]:
+    """Match events naming compute ops.
+
+    Returns
+    -------
+    (dict, Counter, dict)
+        ``{op: [seconds, …]}``, the other event names counted, and
+        ``{op: fused op}`` for ops TF's Grappler fused into another node
+        (``_FusedMatMul``, ``_FusedConv2D``…): the fused node's event carries
+        their work, so they get time 0 (and are listed in the coverage).
+    """
     compute = {op.name for op in graph.compute_ops()}
     samples: dict[str, list[float]] = {}
     unknown: Counter = Counter()
+    fused_nodes = set()
     for e in events:
         hit = next((k for k in _name_keys(e) if k in compute), None)
         if hit is None:
@@ -156,7 +176,19 @@ def match_by_name(events: list[dict], graph: Graph) -> tuple[dict, Counter]:
                 unknown[e["name"]] += 1
             continue
         samples.setdefault(hit, []).append(e["dur"] * 1e-6)
-    return samples, unknown
+        if str((e.get("args") or {}).get("op", "")).startswith("_Fused"):
+            fused_nodes.add(hit)
+    absorbed: dict[str, str] = {}
+    for target in sorted(fused_nodes):
+        stack = list(graph.predecessors(target))
+        while stack:
+            p = stack.pop()
+            if p in compute and p not in samples and p not in absorbed:
+                absorbed[p] = target
+                stack.extend(graph.predecessors(p))
+    for p, target in absorbed.items():
+        samples[p] = [0.0] * len(samples[target])
+    return samples, unknown, absorbed
 
 
 def _nest(events: list[dict]) -> list[tuple[dict, list]]:
@@ -314,12 +346,13 @@ def import_trace(path: str | Path, graph: Graph) -> TraceImport:
     """
     events = load_trace(path)
     compute = graph.compute_ops()
-    samples, unknown = match_by_name(events, graph)
+    samples, unknown, fused = match_by_name(events, graph)
     matcher, iterations = "name", max((len(v) for v in samples.values()), default=0)
     if len(samples) < len(compute) / 2:
         a_samples, a_unknown, a_iter = match_by_alignment(events, graph)
         if len(a_samples) > len(samples):
             samples, unknown, matcher, iterations = a_samples, a_unknown, "type-alignment", a_iter
+            fused = {}
     frame = _rows(graph, samples)
     untimed = {}
     for op in compute:
@@ -336,6 +369,7 @@ def import_trace(path: str | Path, graph: Graph) -> TraceImport:
         "fraction": (len(frame) / n) if n else 1.0,
         "iterations": iterations,
         "unmatched_ops": [op.name for op in compute if op.name not in samples],
+        "fused": fused,
         "unknown_events": dict(unknown.most_common(50)),
         "unknown_event_count": int(sum(unknown.values())),
     }
