@@ -309,6 +309,8 @@ def _hetero(est, worker_specs, global_batch, margin, ref_curve, ref_linear, time
             specs.append(WorkerSpec(w["name"], cap, (lambda b, s=speed: ref_curve(b) / s), speed=speed,
                                     memory=w["memory"], linear=ref_linear, source=f"speed × {time_source}"))
     if timed:
+        if time_unit != "s":
+            time_source = "each worker's own oracle or measured times"
         time_unit = "s"
     plan = plan_workers(specs, global_batch)
     if as_json:

@@ -37,6 +37,8 @@ def test_static_estimate_counts_forward_outputs_read_by_backward(seed):
     assert static_estimate(g, optimizer="momentum").state_bytes == 3 * est.param_bytes
     half = static_estimate(g, dtype="float16")
     assert half.param_bytes == sum(r.params for r in g.recvs()) * 2
+    with pytest.raises(DlschedError, match="unknown parameter dtype"):
+        static_estimate(g, dtype="float17")
 
 
 def _hand_graph():

@@ -220,7 +220,7 @@ def measure_step(spec: str, batch: int, optimizer: str = "sgd", device: str = "c
     device : {"cpu", "cuda"}
     time_step : bool
         Also time unprofiled steps (for throughput tables): the minimum of
-        three, or one when a step takes over a second.
+        three, or one when a step takes over 0.25 s.
 
     Returns
     -------
@@ -299,7 +299,7 @@ def measure_step(spec: str, batch: int, optimizer: str = "sgd", device: str = "c
             backward, optimizer_peak = float(resident + before), float(resident + after)
             method = "torch.profiler allocation events (running peak) + resident tensors"
         seconds = None
-        if time_step:  # minimum of up to 3 unprofiled steps (1 when a step takes over a second)
+        if time_step:  # minimum of up to 3 unprofiled steps (1 when a step is slow)
             for _ in range(3):
                 t0 = time.perf_counter()
                 step()
@@ -307,7 +307,7 @@ def measure_step(spec: str, batch: int, optimizer: str = "sgd", device: str = "c
                     torch.cuda.synchronize()
                 took = time.perf_counter() - t0
                 seconds = took if seconds is None else min(seconds, took)
-                if took > 1.0:
+                if took > 0.25:
                     break
     except DlschedError:
         raise

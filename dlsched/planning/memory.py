@@ -35,6 +35,8 @@ from dlsched.dag import COMPUTE, RECV, Graph, dtype_size
 from dlsched.errors import DlschedError
 
 OPTIMIZER_STATE_COPIES = {"sgd": 0, "momentum": 1, "adam": 2}
+PARAMETER_DTYPES = frozenset({"float64", "double", "float32", "float", "float16", "half", "bfloat16",
+                              "int8", "uint8"})
 
 # Ops whose output aliases their first input's storage (torch aten names,
 # ONNX/TF spellings): a saved view keeps its base alive, so liveness counts
@@ -329,6 +331,9 @@ def static_estimate(graph: Graph, optimizer: str = "sgd", dtype: str | None = No
     384.0
     """
     optimizer_copies(optimizer)
+    if dtype is not None and str(dtype).lower().replace("torch.", "") not in PARAMETER_DTYPES:
+        raise DlschedError(f"--dtype {dtype!r}: unknown parameter dtype; expected one of "
+                           f"{', '.join(sorted(PARAMETER_DTYPES))}")
     backward = [op for op in graph.compute_ops() if op.phase == "backward"]
     if graph.mode != "training" or not backward:
         raise DlschedError(f"model {graph.name!r} is not a training graph (mode {graph.mode!r}, "
