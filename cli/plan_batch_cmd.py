@@ -259,7 +259,9 @@ def plan_batch(model, memory, margin, optimizer, dtype, measure, measure_batches
         pts = ", ".join(f"b={p.batch}: {fmt_bytes(p.peak_bytes)}" for p in points)
         console.print(f"measured peaks ({est.details['method']}): {pts}")
     if table is not None:
-        tt = Table(title=f"throughput ({time_source})", title_justify="left")
+        console.print(f"[bold]throughput[/] ({time_source}; an oracle scales linearly in the batch)"
+                      if oracle else f"[bold]throughput[/] ({time_source})")
+        tt = Table()
         for c in ("batch", "step time", "samples/s", "fits"):
             tt.add_column(c, justify="right")
         for r in table.itertuples():
