@@ -37,7 +37,7 @@ def dag_and_trace(tmp_path_factory):
     return g, d, durations
 
 
-def _profile_trace(spec: str, mode: str, batch: int, iterations: int, path) -> None:
+def _profile_trace(spec: str, mode: str, batch: int, iterations: int, path, annotate: bool = True) -> None:
     """Record a real torch.profiler Chrome trace of the example model (inference or a training step)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -62,11 +62,12 @@ def _profile_trace(spec: str, mode: str, batch: int, iterations: int, path) -> N
         ctx = contextlib.nullcontext()
     with ctx:
         step()
-        with profile(activities=[ProfilerActivity.CPU], with_stack=True, with_modules=True,
-                     record_shapes=True) as prof:
+        extra = dict(with_stack=True, with_modules=True, record_shapes=True) if annotate else {}
+        with profile(activities=[ProfilerActivity.CPU], **extra) as prof:
             for _ in range(iterations):
                 step()
-                prof.step()
+                if annotate:
+                    prof.step()
     tmp = f"{path}.{os.getpid()}.tmp"
     prof.export_chrome_trace(tmp)
     os.replace(tmp, path)
@@ -187,6 +188,18 @@ def test_torch_profiler_trace_inference_coverage(torch_trace, tmp_path):
     # The human report names the coverage too.
     proc = run_cli("profile", SMALL_CNN, "--batch", "4", "--from-trace", torch_trace, "-o", out)
     assert proc.returncode == 0 and "trace coverage" in proc.stdout and "%" in proc.stdout
+
+
+@pytest.mark.slow
+def test_torch_trace_without_module_or_step_events(tmp_path):
+    """A plain CPU trace (no with_modules, no prof.step()): modules match their aten op, the three
+    forward calls are found by aligning window after window."""
+    path = tmp_path / "plain.json"
+    _profile_trace(SMALL_CNN, "inference", 4, 3, path, annotate=False)
+    proc = run_cli("profile", SMALL_CNN, "--batch", "4", "--from-trace", path, "-o", tmp_path / "o.csv", "--json")
+    assert proc.returncode == 0, proc.stderr
+    tr = json.loads(proc.stdout)["trace"]
+    assert tr["fraction"] >= 0.9 and tr["iterations"] == 3, tr
 
 
 @pytest.mark.slow

@@ -28,7 +28,10 @@ Two matchers, tried in this order:
    * units are split into iterations at ``ProfilerStep#N`` events, else at the
      outermost module calls (one per forward), else the trace is one iteration;
    * each iteration's units are aligned with the DAG's compute ops in
-     topological order (a longest-common-subsequence alignment on the types);
+     topological order (a longest-common-subsequence alignment on the types,
+     preferring the earliest events); a part that still holds several
+     iterations is aligned window by window, each starting after the last
+     event the previous alignment used;
    * an op's ``time`` is the minimum over iterations, with median and count.
 
 Coverage is reported: matched ops, unmatched DAG ops (with the reason) and
@@ -299,17 +302,25 @@ def match_by_alignment(events: list[dict], graph: Graph) -> tuple[dict, Counter,
     samples: dict[str, list[float]] = {}
     unknown: Counter = Counter()
     used_iterations = 0
+    n = len(ops)
     for seg in segments:
-        if not seg:
-            continue
-        pairs = _lcs_pairs(op_types, [normalize_type(u["name"]) for u in seg])
-        if not pairs:
-            continue
-        used_iterations += 1
-        matched_units = set()
-        for i, j in pairs:
-            samples.setdefault(ops[i].name, []).append(seg[j]["dur"] * 1e-6)
-            matched_units.add(j)
+        seg_types = [normalize_type(u["name"]) for u in seg]
+        matched_units: set = set()
+        start = first = 0
+        # A segment may still hold several iterations (no step or module markers): align the
+        # DAG against a window at a time, preferring the earliest events, and move past it.
+        while start < len(seg):
+            window = seg_types[start:start + 2 * n + 8]
+            pairs = _lcs_pairs(op_types[::-1], window[::-1])
+            pairs = [(n - 1 - i, len(window) - 1 - j) for i, j in pairs][::-1]
+            if not pairs or (first and len(pairs) < first / 2):
+                break
+            first = first or len(pairs)
+            used_iterations += 1
+            for i, j in pairs:
+                samples.setdefault(ops[i].name, []).append(seg[start + j]["dur"] * 1e-6)
+                matched_units.add(start + j)
+            start += pairs[-1][1] + 1
         for j, u in enumerate(seg):
             if j not in matched_units:
                 unknown[u["name"]] += 1
