@@ -85,9 +85,9 @@ def exact_times(times: Mapping[str, float], names: Iterable[str]) -> dict[str, i
 
     Example
     -------
-    >>> q = exact_times({"a": 0.1, "b": 0.2, "c": 0.3}, ["a", "b", "c"])
-    >>> q["a"] + q["b"] == q["c"]       # 0.1 + 0.2 != 0.3 in floats
-    True
+    >>> q = exact_times({"a": 0.5, "b": 0.25, "c": 0.25}, ["a", "b", "c"])
+    >>> q["a"] == q["b"] + q["c"], q["a"] + q["b"] + q["c"] < 2**60
+    (True, True)
     """
     names = list(names)
     total = math.fsum(float(times[n]) for n in names)

@@ -1,0 +1,192 @@
+"""Makespan bounds, best-case speedup and scheduling efficiency (TicTac §3.2, DESIGN §4.1).
+
+The upper bound runs every op one after another; the lower bound keeps the
+busiest resource always busy. Both ignore dependencies, so neither need be
+achievable; every real schedule lies between them.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from dlsched.dag import Graph
+from dlsched.errors import DlschedError
+
+from .properties import check_times
+
+
+@dataclass
+class Bounds:
+    """Makespan bounds of one graph under one time oracle.
+
+    Attributes
+    ----------
+    upper : float
+        Seconds with every op serialised (U).
+    lower : float
+        Seconds of the busiest resource (L).
+    speedup : float
+        The most any schedule can gain over the worst: (U − L) / L (S).
+    loads : dict
+        Resource → seconds of work on it.
+    ops : dict
+        Resource → number of ops on it.
+    """
+
+    upper: float
+    lower: float
+    speedup: float
+    loads: dict = field(default_factory=dict)
+    ops: dict = field(default_factory=dict)
+
+    def efficiency(self, makespan: float) -> float:
+        """Scheduling efficiency of a makespan under these bounds (see :func:`efficiency`)."""
+        return efficiency(self.upper, self.lower, makespan)
+
+    def frame(self):
+        """Per-resource loads as a DataFrame: ``resource``, ``ops``, ``load`` (s), ``share`` of the upper bound."""
+        import pandas as pd
+
+        rows = [{"resource": r, "ops": self.ops.get(r, 0), "load": load,
+                 "share": load / self.upper if self.upper > 0 else 0.0} for r, load in self.loads.items()]
+        return pd.DataFrame(rows, columns=["resource", "ops", "load", "share"])
+
+
+def bounds(graph: Graph, times: Mapping[str, float]) -> Bounds:
+    """Upper and lower makespan bounds and the best-case speedup (TicTac §3.2, Eqs. 1, 2, 4).
+
+    ``U = Σ_op Time(op)``; ``L = max_resource Σ_{op on resource} Time(op)``;
+    ``S = (U − L) / L``, and ``S = 0`` when ``U = L`` (including an empty or
+    all-zero graph). Sums use :func:`math.fsum`, so they do not depend on op
+    order.
+
+    Parameters
+    ----------
+    graph : Graph
+    times : mapping
+        Op name → seconds for every op.
+
+    Returns
+    -------
+    Bounds
+
+    Raises
+    ------
+    OracleError
+        ``times`` misses an op or holds a negative/non-finite time.
+
+    Example
+    -------
+    Figure 1 of the paper (unit times, both recvs on one channel):
+
+    >>> from dlsched.dag import Graph, RECV, COMPUTE
+    >>> g = Graph("fig1")
+    >>> for n in ("recv1", "recv2"): _ = g.add_op(n, RECV)
+    >>> for n in ("op1", "op2"): _ = g.add_op(n, COMPUTE)
+    >>> g.add_edge("recv1", "op1"); g.add_edge("recv1", "op2"); g.add_edge("recv2", "op2")
+    >>> b = bounds(g, dict.fromkeys(["recv1", "recv2", "op1", "op2"], 1.0))
+    >>> b.upper, b.lower, b.speedup
+    (4.0, 2.0, 1.0)
+    """
+    check_times(graph, times)
+    per: dict[str, list[float]] = {r: [] for r in graph.resources()}
+    for op in graph.ops():
+        per.setdefault(op.resource, []).append(float(times[op.name]))
+    loads = {r: math.fsum(v) for r, v in per.items()}
+    U = math.fsum(float(times[op.name]) for op in graph.ops())
+    L = max(loads.values(), default=0.0)
+    S = (U - L) / L if U > L and L > 0 else 0.0
+    return Bounds(U, L, S, loads, {r: len(v) for r, v in per.items()})
+
+
+def efficiency(upper: float, lower: float, makespan: float) -> float:
+    """Scheduling efficiency ``E = (U − m) / (U − L)`` of a makespan (TicTac §3.2, Eq. 3).
+
+    1 is a perfect schedule, 0 a fully serial one; 1 when ``U = L`` (no
+    schedule can do better or worse). Not clipped: a measured makespan above
+    ``U`` (overheads outside the model) gives a negative value.
+
+    Parameters
+    ----------
+    upper, lower : float
+        The bounds of :func:`bounds`.
+    makespan : float
+        Seconds of one iteration (measured, from a trace, or simulated).
+
+    Returns
+    -------
+    float
+
+    Example
+    -------
+    >>> efficiency(4.0, 2.0, 3.0)
+    0.5
+    >>> efficiency(2.0, 2.0, 2.0)
+    1.0
+    """
+    U, L, m = float(upper), float(lower), float(makespan)
+    if U <= L:
+        return 1.0
+    return (U - m) / (U - L)
+
+
+def trace_makespan(path: str | Path) -> float:
+    """Makespan in seconds of a measured Chrome trace (``.json`` or ``.json.gz``).
+
+    ``max(ts + dur) − min(ts)`` over the complete (``"ph": "X"``) events; trace
+    times are microseconds. Accepts a bare event list or an object with
+    ``traceEvents`` (PyTorch/Kineto, TF timelines, dlsched's own traces).
+
+    Parameters
+    ----------
+    path : str or Path
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    DlschedError
+        Missing or unreadable file, not a Chrome trace, or no complete events.
+
+    Example
+    -------
+    >>> import json, tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "t.json")
+    >>> _ = open(p, "w").write(json.dumps({"traceEvents": [
+    ...     {"ph": "X", "ts": 100, "dur": 50}, {"ph": "X", "ts": 120, "dur": 1000}]}))
+    >>> round(trace_makespan(p), 9)
+    0.00102
+    """
+    path = Path(path)
+    try:
+        raw = gzip.open(path, "rt") if path.suffix == ".gz" else open(path, encoding="utf-8")
+        with raw as f:
+            doc = json.load(f)
+    except FileNotFoundError:
+        raise DlschedError(f"{path}: no such trace file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, EOFError) as e:
+        raise DlschedError(f"{path}: cannot read the trace; expected Chrome-trace JSON ({e})") from None
+    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
+    if not isinstance(events, list):
+        raise DlschedError(f"{path}: not a Chrome trace (expected a list of events or an object with traceEvents)")
+    starts, ends = [], []
+    for ev in events:
+        if not isinstance(ev, dict) or ev.get("ph") != "X":
+            continue
+        try:
+            ts, dur = float(ev["ts"]), float(ev.get("dur", 0))
+        except (KeyError, TypeError, ValueError):
+            continue
+        if math.isfinite(ts) and math.isfinite(dur):
+            starts.append(ts)
+            ends.append(ts + dur)
+    if not starts:
+        raise DlschedError(f"{path}: the trace has no complete ('ph': 'X') events with ts/dur; "
+                           "cannot measure a makespan from it")
+    return (max(ends) - min(starts)) * 1e-6
