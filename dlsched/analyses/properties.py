@@ -199,8 +199,9 @@ def op_properties(graph: Graph, times: Mapping[str, float], outstanding: Iterabl
             M[op.name] = times[op.name]
         else:
             M[op.name] = sum(times[r] for r in deps[op.name] & R)
-    P = {r: 0 for r in R}
-    M_plus = {r: math.inf for r in R}
+    in_order = [op.name for op in graph.recvs() if op.name in R]  # canonical order, deterministic output
+    P = {r: 0 for r in in_order}
+    M_plus = {r: math.inf for r in in_order}
     for op in graph.ops():
         if op.kind == RECV:
             continue
