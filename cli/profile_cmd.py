@@ -199,5 +199,7 @@ def _print_report(info: dict, res, graph) -> None:
             u.add_row(f"… {len(missing) - 20} more", "")
         err_console.print(u)
     if res.untimed:
-        err_console.print(f"[yellow]warning:[/] {len(res.untimed)} compute op(s) have no time; the oracle was written "
-                          "without them and analyses will need --default-time (or re-run profile with --default-time).")
+        names = ", ".join(list(res.untimed)[:10]) + (" …" if len(res.untimed) > 10 else "")
+        err_console.print(f"[yellow]warning:[/] {len(res.untimed)} compute op(s) have no time ({names}); the oracle "
+                          "was written without them and analyses will need --default-time (or re-run profile "
+                          "with --default-time).", soft_wrap=True)

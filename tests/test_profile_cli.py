@@ -173,3 +173,43 @@ def test_unreadable_oracle(synthetic, tmp_path):
     p.write_bytes(b"\x00\x01not parquet")
     assert_clean_error(_oracle_cli(d, p), "garbage.parquet", "cannot read")
     assert_clean_error(_oracle_cli(d, tmp_path / "absent.csv"), "absent.csv")
+
+
+@pytest.mark.slow
+def test_profile_dispatches_to_onnx(onnx_small_cnn, tmp_path):
+    from dlsched.loader import load_model
+
+    out = tmp_path / "onnx.csv"
+    proc = run_cli("profile", onnx_small_cnn, "-o", out, "--runs", "3", "--json")
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    g = load_model(str(onnx_small_cnn))
+    df = pd.read_csv(out)
+    comp = df[df["op"].isin([op.name for op in g.compute_ops()])]
+    assert len(comp) + len(info["untimed"]) == len(g.compute_ops())
+    assert (comp["time"] <= comp["median"]).all() and (comp.loc[comp["source"] == "profiled", "runs"] == 3).all()
+    assert (df["source"] == "network-model").sum() == len(g.recvs())
+
+
+@pytest.mark.slow
+def test_profile_dispatches_to_tf_and_names_untimed(tmp_path):
+    import sys
+
+    sys.path.insert(0, str(REPO))
+    from examples.build_keras import build_tf1
+    from tests.conftest import CACHE
+
+    pb = build_tf1(CACHE)["graphdef"]
+    out = tmp_path / "tf.csv"
+    proc = run_cli("profile", pb, "--mode", "training", "-o", out, "--runs", "2")
+    assert proc.returncode == 0, proc.stderr
+    df = pd.read_csv(out)
+    assert (df["source"] == "profiled").any() and (df["source"] == "network-model").sum() == 8  # 4 recv + 4 send
+    untimed = set()
+    from dlsched.loader import load_model
+    g = load_model(str(pb), mode="training")
+    untimed = {op.name for op in g.compute_ops()} - set(df["op"])
+    for name in untimed:  # every op without a row is named, with the warning
+        assert name in proc.stderr
+    if untimed:
+        assert "--default-time" in proc.stderr
