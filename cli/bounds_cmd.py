@@ -1,0 +1,74 @@
+"""``dlsched bounds MODEL --oracle O``: makespan bounds U, L, speedup S, and efficiency E."""
+from __future__ import annotations
+
+import click
+
+from .common import console, emit_json, fmt_seconds, load_graph, model_options
+
+
+def _duration(ctx, param, value):
+    if value is None:
+        return None
+    from dlsched.units import parse_duration
+
+    return parse_duration(value)
+
+
+@click.command()
+@model_options
+@click.option("--oracle", required=True, type=click.Path(dir_okay=False),
+              help="Time oracle file (CSV or Parquet: op, time in seconds).")
+@click.option("--default-time", callback=_duration, default=None,
+              help="Time for ops the oracle lacks, e.g. 1us (otherwise they are an error).")
+@click.option("--makespan", callback=_duration, default=None,
+              help="A measured iteration time (e.g. 0.35 or 350ms) to rate with the efficiency E.")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
+              help="A measured Chrome trace (JSON); its span of complete events is the makespan.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
+def bounds(oracle, default_time, makespan, trace_path, as_json, **model_kw):
+    """Makespan bounds of MODEL under a time oracle (TicTac §3.2).
+
+    U runs every op one after another; L keeps the busiest resource always
+    busy; S = (U − L) / L is the most any transfer order can gain. With
+    --makespan or --trace, also the scheduling efficiency E = (U − m) / (U − L).
+    """
+    from dlsched.analyses.bounds import bounds as compute_bounds
+    from dlsched.analyses.bounds import trace_makespan
+    from dlsched.exporters.oracle_file import load_times
+
+    if makespan is not None and trace_path:
+        raise click.UsageError("give either --makespan or --trace, not both")
+    graph = load_graph(**model_kw)
+    times = load_times(oracle, graph, default_time)
+    b = compute_bounds(graph, times)
+    if trace_path:
+        makespan = trace_makespan(trace_path)
+    out = {"model": graph.name, "mode": graph.mode, "upper": b.upper, "lower": b.lower, "speedup": b.speedup,
+           "loads": dict(b.loads)}
+    if makespan is not None:
+        out["makespan"] = makespan
+        out["efficiency"] = b.efficiency(makespan)
+    if as_json:
+        emit_json(out)
+        return
+    from rich.table import Table
+
+    t = Table(title=f"{graph.name} ({graph.mode}): makespan bounds", show_header=False, title_justify="left")
+    t.add_column(style="bold")
+    t.add_column(justify="right")
+    t.add_row("upper bound U (all serial)", fmt_seconds(b.upper))
+    t.add_row("lower bound L (busiest resource)", fmt_seconds(b.lower))
+    t.add_row("best-case speedup S", f"{b.speedup:.3f}  ({b.speedup * 100:.1f}%)")
+    if makespan is not None:
+        t.add_row("makespan" + (" (trace)" if trace_path else ""), fmt_seconds(makespan))
+        t.add_row("scheduling efficiency E", f"{out['efficiency']:.3f}")
+    console.print(t)
+    loads = Table(title="load per resource", title_justify="left")
+    for col in ("resource", "ops", "load", "share of U"):
+        loads.add_column(col, justify="left" if col == "resource" else "right")
+    for row in b.frame().itertuples(index=False):
+        loads.add_row(row.resource, f"{row.ops:,}", fmt_seconds(row.load), f"{row.share * 100:.1f}%")
+    console.print(loads)
+    if makespan is not None and not (b.lower <= makespan <= b.upper):
+        console.print("[yellow]note:[/] the makespan lies outside [L, U]; the oracle's times and the measured "
+                      "iteration do not describe the same run (other device, batch or overheads)")
