@@ -31,11 +31,12 @@ Example
 -------
 >>> paths = build("resnet50", ".cache/models")      # doctest: +SKIP
 >>> sorted(paths)                                   # doctest: +SKIP
-['graphdef', 'savedmodel']
+['counts', 'graphdef', 'savedmodel']
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -92,15 +93,18 @@ def build(name: str, out_dir: str | os.PathLike | None = None, batch: int | None
     Returns
     -------
     dict
-        ``graphdef`` → the ``.pb`` path, ``savedmodel`` → the folder.
+        ``graphdef`` → the ``.pb`` path, ``savedmodel`` → the folder, ``counts`` →
+        ``NAME_keras.json`` with Keras's own ``count_params()``, trainable
+        parameter count and variable names (for tests; dlsched never reads it).
     """
     out_dir = Path(out_dir or default_out_dir())
     out_dir.mkdir(parents=True, exist_ok=True)
     suffix = "" if batch is None else f"_b{batch}"
     pb = out_dir / f"{name}{suffix}.pb"
     sm = out_dir / f"{name}{suffix}_savedmodel"
-    paths = {"graphdef": pb, "savedmodel": sm}
-    if not force and pb.exists() and (sm / "saved_model.pb").exists():
+    counts = out_dir / f"{name}{suffix}_keras.json"
+    paths = {"graphdef": pb, "savedmodel": sm, "counts": counts}
+    if not force and pb.exists() and (sm / "saved_model.pb").exists() and counts.exists():
         return paths
 
     import tensorflow as tf
@@ -128,6 +132,16 @@ def build(name: str, out_dir: str | os.PathLike | None = None, batch: int | None
         f.write(graph_def.SerializeToString())
     os.replace(tmp, pb)
 
+    # Keras's own figures, for checking importers against (not read by dlsched).
+    info = {"count_params": int(model.count_params()),
+            "trainable_params": int(sum(int(w.numpy().size) for w in model.trainable_weights)),
+            "variables": len(model.weights), "trainable_variables": len(model.trainable_weights),
+            "variable_names": [w.path for w in model.weights]}
+    fd, tmp = tempfile.mkstemp(prefix=f".{counts.name}.", dir=out_dir)
+    with os.fdopen(fd, "w") as f:
+        json.dump(info, f, indent=1)
+    os.replace(tmp, counts)
+
     module = tf.Module()
     module.model = model
     module.serve = serve
@@ -140,14 +154,6 @@ def build(name: str, out_dir: str | os.PathLike | None = None, batch: int | None
     except OSError:  # another process won the race; its copy is as good as ours
         shutil.rmtree(tmp_dir, ignore_errors=True)
     return paths
-
-
-def count_params(name: str) -> dict[str, int]:
-    """Keras's own parameter count for ``name`` (all weights, and trainable only)."""
-    model = _keras_model(name)
-    return {"all": int(model.count_params()),
-            "trainable": int(sum(int(w.numpy().size) for w in model.trainable_weights)),
-            "variables": len(model.weights), "trainable_variables": len(model.trainable_weights)}
 
 
 # -- the TF1-style graph ------------------------------------------------------

@@ -14,7 +14,8 @@ DESIGN §2. Parameters become recv ops named after the variable:
 - Frozen graphs (no variables): floating-point ``Const`` tensors of rank ≥ 1
   (``frozen_consts=True``).
 
-Recvs come in declaration (GraphDef) order. Initialisers, ``Assign*``, save and
+Recvs come in declaration (GraphDef) order; for a SavedModel, in the order the
+serving function captures them (first use), the only order it records. Initialisers, ``Assign*``, save and
 restore machinery, and whatever only feeds them, are dropped. The remaining
 nodes are compute ops in GraphDef order, named by node name, with ``op_type``
 the TF op, shapes and dtypes from importing the graph into a ``tf.Graph`` (so
@@ -278,7 +279,7 @@ def _flatten_saved_model(path: Path):
     order = {id(v): i for i, v in enumerate(fn.variables)}
     captured = [(internal.op.name, by_handle[id(external)]) for external, internal in fn.graph.captures
                 if id(external) in by_handle]
-    captured.sort(key=lambda pv: order[id(pv[1])])  # declaration order
+    captured.sort(key=lambda pv: order[id(pv[1])])  # the function's variable order (first use)
     specs = {ph: (var.name.split(":")[0], var.shape.as_list(), var.dtype.as_datatype_enum, bool(var.trainable))
              for ph, var in captured}
     return resource_placeholders_to_variables(gd, specs)
@@ -513,7 +514,24 @@ def to_dag(prepared: PreparedGraph) -> Graph:
         for r in v.reads + v.aliases:
             owner[r] = v.name
     kept = set(prepared.kept)
+    bridged = {n for n in kept if nodes[n].op == "NoOp"}
+
+    def sources(base: str, seen: set) -> list[str]:
+        """Producers of an input; a NoOp is replaced by what it waits for."""
+        if base in owner:
+            return [owner[base]]
+        if base not in kept:
+            return []
+        if base not in bridged:
+            return [base]
+        if base in seen:
+            return []
+        seen.add(base)
+        return [s for inp in nodes[base].input for s in sources(_split_input(inp)[0], seen)]
+
     for name in prepared.kept:
+        if name in bridged:
+            continue  # NoOps only group control dependencies; their consumers inherit them
         node = nodes[name]
         op = g.get_operation_by_name(name)
         out_shapes = [t.shape.as_list() if t.shape.rank is not None else None for t in op.outputs]
@@ -527,10 +545,10 @@ def to_dag(prepared: PreparedGraph) -> Graph:
         graph.add_op(name, COMPUTE, op_type=node.op, output_shapes=out_shapes, input_shapes=in_shapes,
                      dtypes=[t.dtype.base_dtype.name for t in op.outputs], attrs=attrs)
     for name in prepared.kept:
+        if name in bridged:
+            continue
         for inp in nodes[name].input:
-            base, _ = _split_input(inp)
-            src = owner.get(base, base if base in kept else None)
-            if src is not None:
+            for src in sources(_split_input(inp)[0], set()):
                 graph.add_edge(src, name)
     if prepared.mode == "training":
         _mark_phases(graph, prepared)

@@ -1,0 +1,245 @@
+"""Per-op time oracle for TensorFlow graphs from full-trace step stats (DESIGN §3).
+
+The GraphDef (or the SavedModel's inlined serving graph) is prepared exactly as
+the importer prepares it (same node names, same training ops), imported into a
+``tf.Graph`` and run in a ``tf.compat.v1.Session`` with
+``RunOptions(trace_level=FULL_TRACE)``. Each node's time in one run is its
+``all_end_rel_nanos`` (from the kernel's start until its outputs are handed
+on; ``all_end_rel_micros`` when nanos are absent). After ``warmup`` untraced
+runs, ``runs`` traced runs give the minimum (``time``) and the median.
+
+To keep step-stats names equal to DAG op names, grappler is switched off
+(``rewrite_options.disable_meta_optimizer``) and the classic graph optimiser runs
+at ``L0`` (no constant folding, no common-subexpression elimination); one
+inter-op thread makes ops run one after another, as the oracle assumes
+(each op on a dedicated resource). Variables are initialised with small random
+values (timings do not depend on them); fed placeholders get random inputs
+with the graph's batch (``graph.source["batch"]``, else 1 for a symbolic
+batch dimension).
+
+Merged reads (``ReadVariableOp``, ``…/read``) and variable nodes belong to
+their recv and get no row. Compute ops without stats are returned with a
+reason (a fed placeholder runs no kernel; an op the fetched outputs do not
+need never runs).
+
+Example
+-------
+>>> g = import_graphdef("resnet50.pb", batch=8)                  # doctest: +SKIP
+>>> df, missing = profile_tf("resnet50.pb", g, runs=5)           # doctest: +SKIP
+>>> df.columns.tolist()                                          # doctest: +SKIP
+['op', 'time', 'runs', 'median', 'op_type', 'resource', 'source']
+"""
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Callable
+
+from dlsched.dag import Graph
+from dlsched.errors import DlschedError, ImportFailure
+
+MIN_TIME = 1e-9  # a traced kernel shorter than the clock's resolution still costs something
+
+
+def _session_config(tf, device: str):
+    config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=1, allow_soft_placement=True)
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    config.graph_options.optimizer_options.opt_level = tf.compat.v1.OptimizerOptions.L0
+    config.graph_options.optimizer_options.do_function_inlining = False
+    if device == "cpu":
+        config.device_count["GPU"] = 0
+    else:
+        config.gpu_options.allow_growth = True
+    return config
+
+
+class TFSession:
+    """A prepared graph in a session, ready to run (used by the profiler and its tests).
+
+    Parameters
+    ----------
+    path : path
+        The GraphDef file or SavedModel folder the DAG came from.
+    graph : Graph
+        The imported DAG (its ``mode``, ``source["format"]`` and ``source["batch"]`` are used).
+    device : {"cpu", "cuda"}
+    seed : int
+    """
+
+    def __init__(self, path, graph: Graph, device: str = "cpu", seed: int = 0):
+        import numpy as np
+
+        from dlsched.importers.tf_importer import _tf, prepare
+
+        tf = _tf()
+        if device not in ("cpu", "cuda"):
+            raise DlschedError(f"unknown device {device!r}; expected cpu or cuda")
+        if device == "cuda" and not tf.config.list_physical_devices("GPU"):
+            raise DlschedError("--device cuda: TensorFlow sees no GPU on this machine (tensorflow-cpu, no CUDA "
+                               "device, or CUDA_VISIBLE_DEVICES hides it); profile with --device cpu")
+        fmt = graph.source.get("format") or ("savedmodel" if Path(path).is_dir() else "graphdef")
+        if fmt not in ("graphdef", "savedmodel"):
+            raise ImportFailure(f"{path}: the TensorFlow profiler needs a GraphDef or SavedModel, not {fmt}")
+        batch = graph.source.get("batch")
+        self.prepared = prepare(path, fmt, graph.mode, batch)
+        self.batch = batch or 1
+        self.tf_graph = tf.Graph()
+        rng = np.random.default_rng(seed)
+        dev = "/device:GPU:0" if device == "cuda" else "/device:CPU:0"
+        with self.tf_graph.as_default(), tf.device(dev):
+            tf.graph_util.import_graph_def(self.prepared.graph_def, name="")
+            inits = []
+            with tf.name_scope("dlsched_init"):
+                for v in self.prepared.variables:
+                    if v.kind == "const":
+                        continue
+                    if v.shape is None or any(d is None for d in v.shape):
+                        raise DlschedError(f"{path}: variable {v.name!r} has an unknown shape, so it cannot be "
+                                           "initialised for profiling")
+                    value = tf.random.normal(v.shape, stddev=0.01, dtype=tf.dtypes.as_dtype(v.dtype), seed=seed)
+                    handle = self.tf_graph.get_tensor_by_name(v.node + ":0")
+                    if v.kind == "ref":
+                        inits.append(tf.compat.v1.assign(handle, value).op)
+                    else:
+                        inits.append(tf.raw_ops.AssignVariableOp(resource=handle, value=value))
+            self.init = tf.group(*inits) if inits else None
+        self.feeds = {}
+        for name in self.prepared.inputs:
+            t = self.tf_graph.get_operation_by_name(name).outputs[0]
+            shape = [self.batch if d is None else d for d in (t.shape.as_list() if t.shape.rank is not None else [])]
+            dtype = t.dtype.as_numpy_dtype
+            if t.dtype.is_floating:
+                self.feeds[t] = rng.standard_normal(shape).astype(dtype)
+            else:
+                self.feeds[t] = np.zeros(shape, dtype=dtype)
+        fetch = [self.prepared.loss] + list(self.prepared.gradients.values()) if graph.mode == "training" \
+            else self.prepared.outputs
+        self.targets = [self.tf_graph.get_operation_by_name(n) for n in fetch]
+        self.session = tf.compat.v1.Session(graph=self.tf_graph, config=_session_config(tf, device))
+        if self.init is not None:
+            self.session.run(self.init)
+        self._tf = tf
+
+    def run(self, trace: bool = False):
+        """Run one step; with ``trace`` return the ``RunMetadata`` (else ``None``)."""
+        tf = self._tf
+        if not trace:
+            self.session.run(self.targets, feed_dict=self.feeds)
+            return None
+        options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+        meta = tf.compat.v1.RunMetadata()
+        self.session.run(self.targets, feed_dict=self.feeds, options=options, run_metadata=meta)
+        return meta
+
+    def close(self) -> None:
+        self.session.close()
+
+
+def node_times(meta) -> dict[str, float]:
+    """Seconds per node name from one run's step stats (kernel start to outputs handed on)."""
+    times: dict[str, float] = {}
+    for dev in meta.step_stats.dev_stats:
+        if "/stream:" in dev.device or "/memcpy" in dev.device:
+            continue  # GPU stream entries duplicate the op names with kernel-only times
+        for ns in dev.node_stats:
+            name = ns.node_name.split(":")[0]
+            if ns.all_end_rel_nanos:
+                t = ns.all_end_rel_nanos * 1e-9
+            else:
+                t = ns.all_end_rel_micros * 1e-6
+            times[name] = times.get(name, 0.0) + t
+    return times
+
+
+def profile_tf(path, graph: Graph, device: str = "cpu", runs: int = 5, warmup: int = 1,
+               progress: Callable[[int, int], None] | None = None, plain_runs: int = 0):
+    """Profile every compute op of a TF graph; minimum and median over ``runs`` traced runs.
+
+    Parameters
+    ----------
+    path : path
+        The ``.pb``/``.pbtxt`` or SavedModel folder that ``graph`` was imported from.
+    graph : Graph
+        The DAG from :func:`~dlsched.importers.tf_importer.import_graphdef` or
+        :func:`~dlsched.importers.tf_importer.import_saved_model` (mode and batch are taken from it).
+    device : {"cpu", "cuda"}
+    runs, warmup : int
+    progress : callable, optional
+        ``progress(done, total)`` after each run, warm-up included (``total = warmup + runs``).
+    plain_runs : int
+        Also time this many untraced runs of the same session, interleaved
+        with the traced ones so both see the same machine load; their wall
+        times go to ``df.attrs["plain_wall"]`` (the traced runs' to
+        ``df.attrs["traced_wall"]``), for sanity and overhead checks.
+
+    Returns
+    -------
+    (pandas.DataFrame, dict)
+        Rows ``op, time, runs, median, op_type, resource, source`` (seconds,
+        ``source="profiled"``), one per compute op that produced stats, in
+        canonical order; and compute op name → why it has no row.
+
+    Raises
+    ------
+    DlschedError
+        ``device="cuda"`` without a GPU visible to TensorFlow, or a graph that cannot run.
+    """
+    if runs < 1:
+        raise DlschedError(f"--runs must be at least 1, got {runs}")
+    sess = TFSession(path, graph, device)
+    try:
+        return profile_session(sess, graph, runs, warmup, progress, plain_runs)
+    finally:
+        sess.close()
+
+
+def profile_session(sess: TFSession, graph: Graph, runs: int = 5, warmup: int = 1,
+                    progress: Callable[[int, int], None] | None = None, plain_runs: int = 0):
+    """The measuring loop of :func:`profile_tf` on an open :class:`TFSession`."""
+    import time
+
+    import pandas as pd
+
+    total = warmup + runs
+    samples: dict[str, list] = {}
+    plain, traced = [], []
+    for i in range(total):
+        try:
+            if i >= warmup and i - warmup < plain_runs:
+                t0 = time.perf_counter()
+                sess.run(trace=False)
+                plain.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            meta = sess.run(trace=i >= warmup)
+            if meta is not None:
+                traced.append(time.perf_counter() - t0)
+        except Exception as e:
+            raise DlschedError(f"{sess.prepared.path}: TensorFlow failed to run the graph ({type(e).__name__}: "
+                               f"{str(e).splitlines()[0] if str(e) else ''})") from None
+        if meta is not None:
+            for name, t in node_times(meta).items():
+                samples.setdefault(name, []).append(t)
+        if progress:
+            progress(i + 1, total)
+    for _ in range(max(0, plain_runs - runs)):
+        t0 = time.perf_counter()
+        sess.run(trace=False)
+        plain.append(time.perf_counter() - t0)
+    fed = set(sess.prepared.inputs)
+    rows, missing = [], {}
+    for op in graph.compute_ops():
+        ts = samples.get(op.name)
+        if not ts:
+            if op.name in fed:
+                missing[op.name] = "fed input placeholder: its value is fed, no kernel runs"
+            else:
+                missing[op.name] = "no step stats: TensorFlow did not run it for the fetched outputs"
+            continue
+        rows.append({"op": op.name, "time": max(min(ts), MIN_TIME), "runs": len(ts),
+                     "median": max(statistics.median(ts), MIN_TIME), "op_type": op.op_type,
+                     "resource": op.resource, "source": "profiled"})
+    cols = ["op", "time", "runs", "median", "op_type", "resource", "source"]
+    df = pd.DataFrame(rows, columns=cols)
+    df.attrs["plain_wall"] = plain
+    df.attrs["traced_wall"] = traced
+    return df, missing
