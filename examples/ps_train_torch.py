@@ -6,9 +6,10 @@ for a few iterations, sending each worker its parameters in priority order.
     python examples/ps_train_torch.py                       # order = model's own graph order
     python examples/ps_train_torch.py --priorities tac.json # a file from `dlsched order`
 
-Without ``--priorities`` the priority file is built from the torch importer's
-graph (``dlsched.loader.load_model``) when available, else from
-``named_parameters()`` in declaration order.
+Without ``--priorities`` the priority file is TIC (timing-independent, no oracle
+needed) over the torch importer's graph (``dlsched.loader.load_model``), or,
+where the importer or TIC is unavailable, ``named_parameters()`` in
+declaration order.
 """
 from __future__ import annotations
 
@@ -27,10 +28,11 @@ MODEL = "examples/torch_models.py:small_cnn"
 def default_priority_file():
     from dlsched.exporters.priority_file import PriorityFile, Transfer, make_priority_file
     try:
+        from dlsched.analyses.tic import tic_order
         from dlsched.loader import load_model
         graph = load_model(MODEL, mode="training", ps=2)
-        return make_priority_file(graph, {r.name: i for i, r in enumerate(graph.recvs())}, "declaration")
-    except Exception:  # importer not available: parameter names in declaration order
+        return make_priority_file(graph, tic_order(graph), "tic")
+    except ImportError:  # importer or TIC not available: parameter names in declaration order
         from dlsched.hooks.torch_ps import order_from_module
         names = order_from_module(MODEL)
         return PriorityFile("declaration", [Transfer(n, i, 0, i % 2) for i, n in enumerate(names)])
@@ -56,6 +58,7 @@ def main() -> int:
         print(f"dlsched: error: {e}", file=sys.stderr)
         return 2
     rec = run.timeline.get(0, a.iterations - 1)
+    print(f"priority file: {pf.algorithm}, {len(pf.transfers)} transfers")
     print(f"trained {len(run.params)} parameters for {a.iterations} iterations on 2 servers / 2 workers")
     print("worker 0, last iteration, arrival order:", ", ".join(rec.arrival_order()))
     for it in run.timeline.iteration_spans():
