@@ -32,7 +32,10 @@ variable counts as trainable there). The same path serves SavedModels, after
 their serving function is inlined into a flat graph. Each trainable variable
 gets one send ``<var>/grad`` fed by the op producing its gradient (an ``AddN``
 named ``dlsched_grad/<var>`` when the variable is read more than once). Ops the
-loss depends on are ``phase="forward"``, the others ``backward``. Non-trainable
+loss depends on are ``phase="forward"``, the others ``backward``. Backward ops
+that neither the loss nor any parameter gradient needs (the input's gradient,
+partial gradients towards non-trainable statistics) are pruned: TF never runs
+them. Non-trainable
 state (BatchNorm moving statistics) is read (a recv) but has no send.
 
 Example
@@ -570,6 +573,15 @@ def _mark_phases(graph: Graph, prepared: PreparedGraph) -> None:
                             params=recv.params, shape=recv.shape, param=recv.name, dtypes=list(recv.dtypes),
                             phase="backward", resource=uplink(0))
         graph.add_edge(producer, send.name)
+    # tf.gradients also builds partial gradients nobody fetches (towards the input and
+    # non-trainable statistics); TF's executor never runs them, so they leave the DAG.
+    needed = {prepared.loss}
+    for send in graph.sends():
+        needed |= nx.ancestors(graph.nx, send.name)
+    needed |= nx.ancestors(graph.nx, prepared.loss)
+    for op in list(graph.compute_ops()):
+        if op.name not in needed:
+            graph.remove_op(op.name)
     graph.renumber()
 
 
