@@ -13,8 +13,7 @@ from dlsched.synthetic import random_dag
 from tests.conftest import REPO, assert_clean_error, run_cli
 
 SMALL_CNN = "examples/torch_models.py:small_cnn"
-# The command that reads oracles for analyses: bounds once it exists, else simulate.
-ORACLE_CMD = "bounds" if (REPO / "cli" / "bounds_cmd.py").exists() else "simulate"
+ORACLE_CMD = "bounds"  # an analysis that reads oracles
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +61,6 @@ def test_profile_torch_small_cnn(cnn_oracle):
 @pytest.mark.slow
 def test_profiled_oracle_feeds_analyses(cnn_oracle):
     out, _ = cnn_oracle
-    pytest.importorskip("dlsched.analyses.bounds")  # the analyses land separately
     proc = run_cli(ORACLE_CMD, SMALL_CNN, "--batch", "4", "--oracle", out, "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)
@@ -111,11 +109,6 @@ def test_assemble_oracle_reports_untimed_and_extra():
     assert filled["f3"] == 0.5 and filled["f0"] == 1.0
 
 
-def _has_module(name: str) -> bool:
-    import importlib.util
-    return importlib.util.find_spec(name) is not None
-
-
 # -- analyses refuse bad oracles (exit 2, a clear message, no traceback) ----------------------------
 def _oracle_cli(d, oracle, *extra):
     return run_cli(ORACLE_CMD, d / "m.dag.json", "--oracle", oracle, *extra)
@@ -123,7 +116,6 @@ def _oracle_cli(d, oracle, *extra):
 
 def test_good_oracle_accepted(synthetic):
     _, _, d = synthetic
-    pytest.importorskip("dlsched.analyses.bounds")
     proc = _oracle_cli(d, d / "good.csv", "--json")
     assert proc.returncode == 0, proc.stderr
 
@@ -162,9 +154,9 @@ def test_partial_oracle_refused_then_default_time(synthetic, tmp_path):
     proc = _oracle_cli(d, p)
     assert_clean_error(proc, "partial.csv", "--default-time", *drop)
     assert load_times(p, g, default_time=1e-3)[drop[0]] == 1e-3
-    if ORACLE_CMD == "bounds" or _has_module("dlsched.analyses.bounds"):
-        proc = _oracle_cli(d, p, "--default-time", "1ms", "--json")
-        assert proc.returncode == 0, proc.stderr
+    proc = _oracle_cli(d, p, "--default-time", "1ms", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert set(json.loads(proc.stdout)) >= {"upper", "lower", "speedup"}
 
 
 def test_unreadable_oracle(synthetic, tmp_path):
