@@ -238,6 +238,10 @@ def _print(out, result, multi):
             c.add_row(r["algorithm"], fmt_seconds(r["makespan"]), f"{r['efficiency']:.3f}",
                       f"{r['straggler_share']:.1%}")
         console.print(c)
+    effs = [out["efficiency"]] + [r["efficiency"] for r in out.get("compare", [])]
+    if multi and min(effs) < 0:
+        console.print("E < 0: the workers share the servers' links, so an iteration can take longer than one "
+                      "worker's fully serial bound U (E is measured against the single-worker bounds).")
     for key, what in (("trace", "Chrome trace"), ("plot", "Gantt chart")):
         if key in out:
             console.print(f"wrote {what} to [bold]{out[key]}[/]")
