@@ -78,6 +78,10 @@ class TracedModel:
     batch : int or None
     params, buffers : list of (str, torch.Tensor)
         Parameters, and the floating-point buffers that are transfers.
+    loss_node : str or None
+        training: the DAG name of the op computing the loss.
+    grad_nodes : dict
+        training: parameter name → DAG name of the op producing its gradient.
     """
 
     gm: Any
