@@ -125,12 +125,7 @@ def profile(output, device, runs, warmup, bandwidth, latency, measure_network, p
 
         result = import_trace(trace, graph)
         compute, untimed, coverage = result.frame, result.untimed, result.coverage
-    else:
-        fn = _profiler(fmt)
-        with _progress_runner(show_bar, f"profiling {graph.name} on {device}") as progress:
-            compute, untimed = fn(model_kw["model"], graph, device=device, runs=runs, warmup=warmup,
-                                  progress=progress)
-
+    # The network before the (long) profile, so a dead peer fails in seconds.
     network = {"source": "flags", "bandwidth": bw, "latency": lat}
     if measure_network:
         from dlsched.profiling import network as net
@@ -141,6 +136,12 @@ def profile(output, device, runs, warmup, bandwidth, latency, measure_network, p
              else net.measure_local(timeout=network_timeout))
         bw, lat = m.bandwidth, m.latency
         network = {"source": "measured", **m.to_dict()}
+
+    if not trace:
+        fn = _profiler(fmt)
+        with _progress_runner(show_bar, f"profiling {graph.name} on {device}") as progress:
+            compute, untimed = fn(model_kw["model"], graph, device=device, runs=runs, warmup=warmup,
+                                  progress=progress)
 
     from dlsched.exporters.oracle_file import write_oracle
     from dlsched.profiling.oracle import assemble_oracle

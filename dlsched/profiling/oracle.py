@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from dlsched.dag import COMPUTE, Graph
+from dlsched.dag import Graph
 
 from .network import transfer_rows
 
