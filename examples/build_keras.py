@@ -21,6 +21,9 @@ For each Keras model NAME it writes
   ``tf.compat.v1.Session`` once its variables are initialised.
 - ``NAME_savedmodel/``: ``tf.saved_model.save`` of a module holding the model,
   with a ``serving_default`` signature (input ``x``, batch ``None``).
+- ``NAME_keras.json``: Keras's own figures (``count_params()``, trainable
+  parameters, variable names) that tests check the importers against; dlsched
+  itself never reads it.
 
 ``--tf1`` writes ``tf1_mlp.pb``, ``tf1_mlp.pbtxt`` (``VariableV2`` + ``…/read``,
 initialisers and a ``Saver``) and ``tf1_mlp_frozen.pb`` (variables folded into
