@@ -115,6 +115,20 @@ def test_killed_worker_fails_cleanly():
     assert codes[2] == -signal.SIGKILL and codes[0] == codes[1] == 2, codes
 
 
+def test_stalled_worker_times_out_cleanly():
+    from dlsched.hooks.torch_ps import PSTrainingError, launch_local
+    cfg = _cfg(SMALL, servers=1, workers=2, iterations=4, batch=4, timeout=8, fail_worker=1, fail_iteration=1,
+               fail_how="stall")
+    t0 = time.monotonic()
+    with pytest.raises(PSTrainingError) as ei:
+        launch_local(cfg, timeout=45)
+    codes = ei.value.returncodes
+    assert codes[0] == 2 and codes[1] == 2, codes  # server and healthy worker: clean errors
+    assert codes[2] == -signal.SIGKILL  # the stalled one is killed by the launcher
+    assert "timed out after 8 s" in ei.value.stderr[0], ei.value.stderr[0]
+    assert time.monotonic() - t0 < 60
+
+
 def test_bad_order_is_a_clean_error():
     from dlsched.errors import PriorityFileError
     from dlsched.hooks.torch_ps import build_model

@@ -100,6 +100,7 @@ class PSConfig:
     model_kwargs: dict = field(default_factory=dict)
     fail_worker: int | None = None
     fail_iteration: int | None = None
+    fail_how: str = "exit"  # "exit": die abruptly (tests); "stall": stop responding
     threads: int = 1
 
     def server_of(self, name: str) -> int:
@@ -387,6 +388,8 @@ def _run_worker(cfg: PSConfig, rank: int, module, inputs) -> dict:
         xs = [x[w * cfg.batch:(w + 1) * cfg.batch].to(device) for x in xs_all]
         if cfg.fail_worker == w and cfg.fail_iteration == it:
             time.sleep(0.2)  # mid-iteration: servers have started sending
+            if cfg.fail_how == "stall":
+                time.sleep(10 * cfg.timeout + 60)
             os._exit(17)
         start = time.perf_counter()
         state["compute_start"] = None
@@ -493,7 +496,8 @@ def launch_local(cfg: PSConfig, timeout: float | None = None, workdir: str | Non
                  init_method: str | None = None) -> PSRun:
     """Run the whole job as ``S + W`` local processes and collect the results.
 
-    ``on_start(procs)`` is called once all processes are started (tests use it to
+    Once a rank fails, the others get ``cfg.timeout + 5`` seconds to fail cleanly
+    before they are killed. ``on_start(procs)`` is called once all processes are started (tests use it to
     kill one). ``prefixes[rank]`` is prepended to a rank's command (the benchmark
     uses ``ip netns exec NS``); ``env[rank]`` replaces its environment.
 
@@ -518,11 +522,13 @@ def launch_local(cfg: PSConfig, timeout: float | None = None, workdir: str | Non
                                           start_new_session=True))
         if on_start:
             on_start(procs)
-        for p in procs:
-            try:
-                p.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
+        failed_at = None
+        while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+            if failed_at is None and any(p.poll() not in (None, 0) for p in procs):
+                # a rank failed: the others get one timeout to notice and fail cleanly
+                failed_at = time.monotonic()
+                deadline = min(deadline, failed_at + cfg.timeout + 5)
+            time.sleep(0.05)
     finally:
         for p in procs:
             if p.poll() is None:
