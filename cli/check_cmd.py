@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import click
+from click.core import ParameterSource
 
 from .common import console, emit_json, load_graph, model_options
 
@@ -123,7 +124,10 @@ def check(baseline, tolerance, tolerance_for, junit, update, as_json, **options)
 
     base = read_baseline(baseline)
     recorded = base.get("options", {})
-    merged = {k: (options[k] if options.get(k) not in (None, False) else recorded.get(k)) for k in _OPTION_KEYS}
+    ctx = click.get_current_context()
+    # An option overrides the baseline's only when given on the command line, not by its default.
+    given = {k for k in _OPTION_KEYS if ctx.get_parameter_source(k) not in (None, ParameterSource.DEFAULT)}
+    merged = {k: (options.get(k) if k in given else recorded.get(k)) for k in _OPTION_KEYS}
     merged["model"] = options["model"]
     doc, graph = _snapshot(merged)
     tolerances = {**base.get("tolerances", {}), **_parse_tolerances(tolerance_for)}

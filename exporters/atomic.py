@@ -7,6 +7,11 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+
+# mkstemp creates files 0600; outputs should get the usual umask-based mode.
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+_MODE = 0o666 & ~_UMASK
 from pathlib import Path
 from typing import IO, Iterator
 
@@ -23,6 +28,7 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.chmod(tmp, _MODE)
     try:
         if "b" in mode:
             encoding = None
@@ -48,6 +54,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
     os.close(fd)
+    os.chmod(tmp, _MODE)
     try:
         yield Path(tmp)
         os.replace(tmp, path)

@@ -19,8 +19,8 @@ from torch import nn
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
-        self.conv1 = nn.Conv2d(3, 16, {k}, padding={k} // 2)
-        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
+        self.conv1 = nn.Conv2d(3, 16, 3, padding=1)
+        self.conv2 = nn.Conv2d(16, 32, {k}, padding={k} // 2)
         self.pool = nn.MaxPool2d(2)
         self.relu = nn.ReLU()
         self.{fc1} = nn.Linear(32 * 8 * 8, {hidden})
@@ -44,7 +44,8 @@ VARIANTS = {
     "added_layer": dict(k=3, fc1="fc1", hidden=64, extra_init="self.fc_extra = nn.Linear(64, 64)",
                         extra_fwd="x = self.relu(self.fc_extra(x))"),
     "widened": dict(k=3, fc1="fc1", hidden=96, extra_init="", extra_fwd=""),
-    "enlarged_param": dict(k=5, fc1="fc1", hidden=64, extra_init="", extra_fwd=""),
+    "enlarged_param": dict(k=5,  # conv2 kernel 3x3 -> 5x5: +8,192 weights (+6%)
+                            fc1="fc1", hidden=64, extra_init="", extra_fwd=""),
     "renamed": dict(k=3, fc1="dense1", hidden=64, extra_init="", extra_fwd=""),
 }
 
@@ -75,7 +76,7 @@ def test_snapshot_records_everything_and_is_deterministic(models, baseline, tmp_
                 "speedup_bound", "tac_makespan", "tac_efficiency", "random_makespan", "random_efficiency",
                 "largest_batch", "critical_path"):
         assert key in m, key
-    assert m["param_count"] == 16 * 3 * 9 + 16 + 32 * 16 * 9 + 32 + 2048 * 64 + 64 + 64 * 10 + 10
+    assert m["param_count"] == 16 * 3 * 9 + 16 + 32 * 16 * 9 + 32 + 2048 * 64 + 64 + 64 * 10 + 10  # named_parameters()
     assert m["lower_bound"] <= m["tac_makespan"] <= m["upper_bound"]
     assert doc["model"]["fingerprint"] and doc["dlsched_version"]
     assert doc["op_types"]

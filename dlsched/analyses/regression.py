@@ -106,7 +106,7 @@ def compare_metrics(baseline: dict, current: dict, tolerance: float = 0.02,
     """
     tolerances = tolerances or {}
     rows = []
-    for name in list(METRICS) + sorted(set(baseline) | set(current) - set(METRICS)):
+    for name in list(METRICS) + sorted((set(baseline) | set(current)) - set(METRICS)):
         if name not in baseline and name not in current:
             continue
         direction = METRICS.get(name, ("info", ""))[0]
