@@ -516,7 +516,9 @@ def to_dag(prepared: PreparedGraph) -> Graph:
         owner[v.node] = v.name
         for r in v.reads + v.aliases:
             owner[r] = v.name
-    kept = set(prepared.kept)
+    # Fed inputs are not ops, as in the torch and ONNX importers: no kernel runs for them.
+    fed = set(prepared.inputs)
+    kept = set(prepared.kept) - fed
     bridged = {n for n in kept if nodes[n].op == "NoOp"}
 
     def sources(base: str, seen: set) -> list[str]:
@@ -533,7 +535,7 @@ def to_dag(prepared: PreparedGraph) -> Graph:
         return [s for inp in nodes[base].input for s in sources(_split_input(inp)[0], seen)]
 
     for name in prepared.kept:
-        if name in bridged:
+        if name in bridged or name in fed:
             continue  # NoOps only group control dependencies; their consumers inherit them
         node = nodes[name]
         op = g.get_operation_by_name(name)
@@ -548,7 +550,7 @@ def to_dag(prepared: PreparedGraph) -> Graph:
         graph.add_op(name, COMPUTE, op_type=node.op, output_shapes=out_shapes, input_shapes=in_shapes,
                      dtypes=[t.dtype.base_dtype.name for t in op.outputs], attrs=attrs)
     for name in prepared.kept:
-        if name in bridged:
+        if name in bridged or name in fed:
             continue
         for inp in nodes[name].input:
             for src in sources(_split_input(inp)[0], set()):
