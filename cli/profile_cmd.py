@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 
 import click
+from click.core import ParameterSource
 
 from .common import console, emit_json, err_console, fmt_bytes, fmt_seconds, load_graph, model_options
 
@@ -75,10 +76,14 @@ def _progress_runner(enabled: bool, description: str):
               help="Seconds any wait of the network measurement may take.")
 @click.option("--from-trace", "trace", type=click.Path(dir_okay=False), default=None,
               help="Take compute times from a PyTorch profiler Chrome trace or a TF timeline instead of running.")
+@click.option("--analytic", is_flag=True,
+              help="Estimate times from shapes with a roofline model instead of running the model (deterministic).")
+@click.option("--device-spec", default="cpu", show_default=True,
+              help="With --analytic: cpu, a100, h100, or a YAML spec file; transfers use its network.")
 @click.option("--default-time", default=None, help="Give ops that could not be timed this time (e.g. 10us).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 def profile(output, device, runs, warmup, bandwidth, latency, measure_network, peer, network_timeout, trace,
-            default_time, as_json, **model_kw):
+            analytic, device_spec, default_time, as_json, **model_kw):
     """Build MODEL's time oracle: Time(op) for every op, written to -o.
 
     Compute ops run on --device with the framework's profiler (warm-up, then
@@ -112,8 +117,20 @@ def profile(output, device, runs, warmup, bandwidth, latency, measure_network, p
             raise DlschedError(f"--peer {peer!r}: expected HOST:PORT, e.g. 127.0.0.1:29555")
         peer_addr = (host.strip("[]"), int(port))
 
+    if analytic and trace:
+        raise DlschedError("--analytic and --from-trace are two different sources of times; give one")
+    spec = None
+    if analytic:
+        from dlsched.profiling.device_specs import load_device_spec
+
+        spec = load_device_spec(device_spec)
+        ctx = click.get_current_context()
+        if ctx.get_parameter_source("bandwidth") == ParameterSource.DEFAULT:
+            bw = spec.network_bandwidth
+        if ctx.get_parameter_source("latency") == ParameterSource.DEFAULT:
+            lat = spec.network_latency
     fmt = detect_format(model_kw["model"])
-    if fmt == "dag" and not trace:
+    if fmt == "dag" and not trace and not analytic:
         raise DlschedError(f"{model_kw['model']}: a .dag.json holds no runnable model, so it cannot be profiled; "
                            "pass --from-trace with a trace of the model, or profile the original model file")
     graph = load_graph(**model_kw)
@@ -137,7 +154,13 @@ def profile(output, device, runs, warmup, bandwidth, latency, measure_network, p
         bw, lat = m.bandwidth, m.latency
         network = {"source": "measured", **m.to_dict()}
 
-    if not trace:
+    if analytic:
+        from dlsched.profiling.analytic import analytic_oracle
+
+        estimate, untimed = analytic_oracle(graph, spec)
+        compute = estimate[estimate["resource"] == "compute:0"]
+        network["source"] = f"device spec {spec.name}" if network["source"] == "flags" else network["source"]
+    elif not trace:
         fn = _profiler(fmt)
         with _progress_runner(show_bar, f"profiling {graph.name} on {device}") as progress:
             compute, untimed = fn(model_kw["model"], graph, device=device, runs=runs, warmup=warmup,
@@ -147,10 +170,13 @@ def profile(output, device, runs, warmup, bandwidth, latency, measure_network, p
     from dlsched.profiling.oracle import assemble_oracle
 
     res = assemble_oracle(graph, compute, untimed, bw, lat, default_time=dflt)
-    write_oracle(res.frame, output)
     summary = res.summary(graph)
-    info = {"output": str(output), "model": graph.name, "mode": graph.mode, "device": device,
-            "runs": runs if not trace else None, **summary, "network": network, "default_time": dflt}
+    if analytic:  # the transfers come from the device spec's network, part of the same estimate
+        res.frame.loc[res.frame["source"] == "network-model", "source"] = "analytic"
+    write_oracle(res.frame, output)
+    info = {"output": str(output), "model": graph.name, "mode": graph.mode,
+            "device": f"analytic:{spec.name}" if analytic else device,
+            "runs": runs if not (trace or analytic) else None, **summary, "network": network, "default_time": dflt}
     if coverage is not None:
         info["trace"] = {"file": str(trace), **coverage}
     if as_json:

@@ -122,3 +122,23 @@ def test_onnx_export_costs_the_same_as_torch(onnx_resnet50):
     flops, unknown = graph_flops(load_model(str(onnx_resnet50), batch=1))
     assert not unknown, unknown[:5]
     assert flops / 2 / 1e9 == pytest.approx(QUOTED_GMACS["resnet50"], rel=0.02)
+
+
+def test_profile_analytic_through_the_cli_is_deterministic(tmp_path):
+    from tests.conftest import run_cli
+
+    outs = []
+    for i in range(2):
+        out = tmp_path / f"o{i}.csv"
+        proc = run_cli("profile", "examples/torch_models.py:small_cnn", "--analytic", "--device-spec", "h100",
+                       "-o", out, "--json")
+        assert proc.returncode == 0, proc.stderr
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1]
+    import pandas as pd
+
+    df = pd.read_csv(tmp_path / "o0.csv")
+    assert set(df["source"]) == {"analytic"} and (df["time"] >= 0).all()
+    spec = BUILTIN["h100"]
+    recv = df[df["resource"].str.startswith("ps:")].iloc[0]
+    assert recv["time"] == pytest.approx(spec.network_latency + recv["bytes"] / spec.network_bandwidth)
