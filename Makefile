@@ -8,7 +8,7 @@ CACHE ?= .cache/models
 export TF_CPP_MIN_LOG_LEVEL := 3
 export DLSCHED_CACHE := $(abspath $(CACHE))
 
-.PHONY: venv demo test bench clean
+.PHONY: venv demo test gate bench clean
 
 venv: $(STAMP)
 
@@ -21,11 +21,15 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	bash examples/demo.sh
 
-test: $(STAMP)
+# The regression gate on the example models runs first, so pytest's summary is the last line.
+test: $(STAMP) gate
 	$(PY) -m pytest -q -p no:cacheprovider
+
+gate: $(STAMP)
+	bash examples/ci/gate_examples.sh
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) .cache build *.egg-info
+	rm -rf $(VENV) .cache out build *.egg-info
