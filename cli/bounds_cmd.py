@@ -3,24 +3,13 @@ from __future__ import annotations
 
 import click
 
-from .common import console, emit_json, fmt_seconds, load_graph, model_options
-
-
-def _duration(ctx, param, value):
-    if value is None:
-        return None
-    from dlsched.units import parse_duration
-
-    return parse_duration(value)
+from .common import console, duration_option, emit_json, fmt_seconds, load_graph, model_options, oracle_options
 
 
 @click.command()
 @model_options
-@click.option("--oracle", required=True, type=click.Path(dir_okay=False),
-              help="Time oracle file (CSV or Parquet: op, time in seconds).")
-@click.option("--default-time", callback=_duration, default=None,
-              help="Time for ops the oracle lacks, e.g. 1us (otherwise they are an error).")
-@click.option("--makespan", callback=_duration, default=None,
+@oracle_options(required=True)
+@click.option("--makespan", callback=duration_option, default=None,
               help="A measured iteration time (e.g. 0.35 or 350ms) to rate with the efficiency E.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
               help="A measured Chrome trace (JSON); its span of complete events is the makespan.")

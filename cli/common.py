@@ -30,6 +30,25 @@ def model_options(fn):
     return wrapper
 
 
+def duration_option(ctx, param, value):
+    """click callback: ``350ms`` → 0.35 (seconds); ``None`` stays ``None``."""
+    if value is None:
+        return None
+    from dlsched.units import parse_duration
+
+    return parse_duration(value)
+
+
+def oracle_options(required: bool = True, oracle_help: str = "Time oracle file (CSV or Parquet: op, time in seconds)."):
+    """--oracle and --default-time, shared by the analyses."""
+    def decorate(fn):
+        fn = click.option("--default-time", callback=duration_option, default=None,
+                          help="Time for ops the oracle lacks, e.g. 1us (otherwise they are an error).")(fn)
+        return click.option("--oracle", required=required, type=click.Path(dir_okay=False), default=None,
+                            help=oracle_help)(fn)
+    return decorate
+
+
 def load_graph(model: str, mode: str = "inference", batch: int | None = None, ps: int | None = None,
                ps_strategy: str | None = None, buffers: bool = False, **_: Any):
     """Load MODEL with the shared options (see :func:`dlsched.loader.load_model`)."""

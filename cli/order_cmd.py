@@ -3,17 +3,9 @@ from __future__ import annotations
 
 import click
 
-from .common import console, emit_json, fmt_bytes, fmt_seconds, load_graph, model_options
+from .common import console, emit_json, fmt_bytes, fmt_seconds, load_graph, model_options, oracle_options
 
 SHOWN = 10  # transfers listed in the summary table
-
-
-def _duration(ctx, param, value):
-    if value is None:
-        return None
-    from dlsched.units import parse_duration
-
-    return parse_duration(value)
 
 
 @click.command()
@@ -21,10 +13,8 @@ def _duration(ctx, param, value):
 @click.option("--algo", type=click.Choice(["tic", "tac", "random", "topo", "layer", "exact"]), required=True,
               help="tic (DAG only), tac (needs --oracle), random (seeded), topo/layer (first use), "
                    "exact (optimum for small graphs, needs --oracle).")
-@click.option("--oracle", type=click.Path(dir_okay=False), default=None,
-              help="Time oracle file (CSV or Parquet); needed by tac and exact, and to report makespans.")
-@click.option("--default-time", callback=_duration, default=None,
-              help="Time for ops the oracle lacks, e.g. 1us (otherwise they are an error).")
+@oracle_options(required=False,
+                oracle_help="Time oracle file (CSV or Parquet); needed by tac and exact, and to report makespans.")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seed of --algo random and of the unordered baseline.")
 @click.option("--time-limit", type=click.FloatRange(min=0), default=None,

@@ -5,26 +5,15 @@ import statistics
 
 import click
 
-from .common import console, emit_json, fmt_seconds, load_graph, model_options
+from .common import console, emit_json, fmt_seconds, load_graph, model_options, oracle_options
 
 ALGOS = ("tic", "tac", "random", "topo", "exact", "unordered")
 RANDOM_SEEDS = 5  # --compare: the random order is the mean over this many seeds
 
 
-def _duration(ctx, param, value):
-    if value is None:
-        return None
-    from dlsched.units import parse_duration
-
-    return parse_duration(value)
-
-
 @click.command()
 @model_options
-@click.option("--oracle", required=True, type=click.Path(dir_okay=False),
-              help="Time oracle file (CSV or Parquet: op, time in seconds).")
-@click.option("--default-time", callback=_duration, default=None,
-              help="Time for ops the oracle lacks, e.g. 1us (otherwise they are an error).")
+@oracle_options(required=True)
 @click.option("--priorities", "priority_path", type=click.Path(dir_okay=False), default=None,
               help="Priority file (from dlsched order) to enforce.")
 @click.option("--algo", type=click.Choice(ALGOS), default=None,
