@@ -508,6 +508,7 @@ def build_graph(traced: TracedModel, spec: str) -> Graph:
         _owner_edges(graph, traced, [n for n, _ in traced.params])
     else:
         add_gradient_sends(graph, traced.grad_nodes)
+        _fold_parameter_views(graph)
     # Buffers come after the sends are made (they carry no gradient), with indices after the parameters.
     for j, (name, t) in enumerate(traced.buffers):
         graph.add_op(name, RECV, index=n_p + j, **_transfer_fields(t))
@@ -524,6 +525,38 @@ def build_graph(traced: TracedModel, spec: str) -> Graph:
         _owner_edges(graph, traced, [n for n, _ in traced.buffers])
     graph.renumber()
     return graph
+
+
+# Views that read a parameter without computing anything (a Linear weight's transpose, detach).
+_PARAM_VIEWS = {
+    "aten.t.default", "aten.detach.default", "aten.view.default", "aten._unsafe_view.default",
+    "aten.reshape.default", "aten.expand.default", "aten.permute.default", "aten.transpose.int",
+    "aten.alias.default", "aten.unsqueeze.default", "aten.squeeze.dim",
+}
+
+
+def _fold_parameter_views(graph: Graph) -> None:
+    """Merge views of a single parameter into its recv, as TF's ``…/read`` merges (DESIGN §2).
+
+    In a make_fx training graph ``aten.t(fc.weight)`` runs before anything else
+    needs it and depends on that transfer alone, so TicTac's P would credit the
+    transfer with unlocking work and TAC would send classifier weights first. A
+    view moves no data: it is part of reading the parameter, and its consumers
+    depend on the recv directly.
+    """
+    changed = True
+    while changed:
+        changed = False
+        for op in list(graph.compute_ops()):
+            if op.op_type not in _PARAM_VIEWS:
+                continue
+            preds = list(graph.predecessors(op.name))
+            if len(preds) != 1 or graph.op(preds[0]).kind != RECV:
+                continue
+            for succ in list(graph.successors(op.name)):
+                graph.add_edge(preds[0], succ)
+            graph.remove_op(op.name)
+            changed = True
 
 
 def _owner_edges(graph: Graph, traced: TracedModel, transfer_names: list) -> None:
