@@ -12,17 +12,7 @@ from dlsched.analyses.bounds import bounds, efficiency, trace_makespan
 from dlsched.dag import COMPUTE, RECV, Graph
 from dlsched.errors import DlschedError, OracleError
 from dlsched.synthetic import random_dag
-
-
-def figure1():
-    g = Graph("fig1")
-    for n in ("recv1", "recv2"):
-        g.add_op(n, RECV)
-    for n in ("op1", "op2"):
-        g.add_op(n, COMPUTE)
-    for u, v in [("recv1", "op1"), ("recv1", "op2"), ("recv2", "op2")]:
-        g.add_edge(u, v)
-    return g, dict.fromkeys(["recv1", "recv2", "op1", "op2"], 1.0)
+from tests.paper_graphs import figure1
 
 
 def test_figure1_bounds():

@@ -20,6 +20,7 @@ from dlsched.dag import COMPUTE, RECV, Graph
 from dlsched.errors import DlschedError, OracleError
 from dlsched.synthetic import random_dag
 from tests.reference_orders import reference_tac, reference_tic
+from tests.paper_graphs import figure1
 
 
 def build(recvs, computes, edges, name="g"):
@@ -32,11 +33,6 @@ def build(recvs, computes, edges, name="g"):
         g.add_edge(u, v)
     g.validate()
     return g
-
-
-def figure1():
-    g = build(["recv1", "recv2"], ["op1", "op2"], [("recv1", "op1"), ("recv1", "op2"), ("recv2", "op2")], "fig1")
-    return g, dict.fromkeys(["recv1", "recv2", "op1", "op2"], 1.0)
 
 
 def simulate_makespan(g, t, prio):

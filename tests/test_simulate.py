@@ -13,22 +13,11 @@ from dlsched.analyses.simulate import simulate
 from dlsched.dag import COMPUTE, RECV, Graph
 from dlsched.errors import DlschedError, OracleError
 from dlsched.synthetic import random_dag
-
-
-def fig1():
-    """TicTac Figure 1(a): recv1 → op1; recv1, recv2 → op2; unit times, one channel."""
-    g = Graph("fig1")
-    for n in ("recv1", "recv2"):
-        g.add_op(n, RECV)
-    for n in ("op1", "op2"):
-        g.add_op(n, COMPUTE)
-    for u, v in [("recv1", "op1"), ("recv1", "op2"), ("recv2", "op2")]:
-        g.add_edge(u, v)
-    return g, dict.fromkeys(["recv1", "recv2", "op1", "op2"], 1.0)
+from tests.paper_graphs import figure1
 
 
 def test_figure1_good_and_bad_order():
-    g, t = fig1()
+    g, t = figure1()
     good = simulate(g, t, {"recv1": 0, "recv2": 1})
     bad = simulate(g, t, {"recv2": 0, "recv1": 1})
     assert good.makespan == 3.0
@@ -42,21 +31,21 @@ def test_figure1_good_and_bad_order():
 
 
 def test_unordered_baseline_draws_both_orders_and_is_seeded():
-    g, t = fig1()
+    g, t = figure1()
     spans = {simulate(g, t, seed=s).makespan for s in range(20)}
     assert spans == {3.0, 4.0}
     assert simulate(g, t, seed=7).makespan == simulate(g, t, seed=7).makespan
 
 
 def test_unprioritised_transfers_go_last():
-    g, t = fig1()
+    g, t = figure1()
     # recv2 has a priority, recv1 none: recv2 first, whatever the seed
     for s in range(5):
         assert simulate(g, t, {"recv2": 5}, seed=s).transfer_order() == ["recv2", "recv1"]
 
 
 def test_bad_input():
-    g, t = fig1()
+    g, t = figure1()
     with pytest.raises(OracleError, match="op2"):
         simulate(g, {k: v for k, v in t.items() if k != "op2"})
     with pytest.raises(DlschedError, match="op1"):
@@ -229,7 +218,7 @@ def test_enforced_serial_links_are_deterministic_and_jitter_varies_iterations():
 
 
 def test_multiworker_rejects_bad_arguments():
-    g, t = fig1()
+    g, t = figure1()
     for kw in ({"workers": 0}, {"iterations": 0}, {"jitter": -1.0}, {"sharing": "magic"}):
         with pytest.raises(DlschedError):
             simulate_workers(g, t, **kw)
@@ -326,7 +315,7 @@ def test_chrome_trace_and_gantt_of_figure1(tmp_path):
     from dlsched.exporters.chrome_trace import write_chrome_trace
     from dlsched.exporters.gantt import plot_gantt
 
-    g, t = fig1()
+    g, t = figure1()
     s = simulate(g, t, {"recv1": 0, "recv2": 1})
     path = tmp_path / "fig1.json"
     write_chrome_trace(s.frame(), path, model="fig1", metadata={"makespan_s": s.makespan})
