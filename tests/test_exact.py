@@ -36,10 +36,16 @@ def brute_force(graph, times):
                for p in itertools.permutations(names))
 
 
-small = st.builds(
-    lambda n, p, training, ps, seed, integer: random_dag(n, p, training=training, ps=ps, seed=seed,
-                                                         integer_times=integer),
-    st.integers(1, 12), st.integers(0, 5), st.booleans(), st.integers(1, 2), st.integers(0, 10**6), st.booleans())
+def random_dags(compute: tuple[int, int], params: tuple[int, int]):
+    """Random DAGs (graph, times) with op and parameter counts in the given ranges."""
+    return st.builds(
+        lambda n, p, training, ps, seed, integer: random_dag(n, p, training=training, ps=ps, seed=seed,
+                                                             integer_times=integer),
+        st.integers(*compute), st.integers(*params), st.booleans(), st.integers(1, 2), st.integers(0, 10**6),
+        st.booleans())
+
+
+small = random_dags((1, 12), (0, 5))
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -55,10 +61,7 @@ def test_exact_equals_brute_force_on_tiny_graphs(gt):
     assert r.lower_bound == r.makespan
 
 
-medium = st.builds(
-    lambda n, p, training, ps, seed, integer: random_dag(n, p, training=training, ps=ps, seed=seed,
-                                                         integer_times=integer),
-    st.integers(4, 24), st.integers(6, 7), st.booleans(), st.integers(1, 2), st.integers(0, 10**6), st.booleans())
+medium = random_dags((4, 24), (6, 7))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -73,9 +76,9 @@ def test_exact_is_no_worse_than_any_heuristic(gt):
 
 
 def test_exact_fixes_figure1():
-    from tests.test_simulate import fig1
+    from tests.paper_graphs import figure1
 
-    g, t = fig1()
+    g, t = figure1()
     r = exact_order(g, t)
     assert r.order == ["recv1", "recv2"] and r.makespan == 3.0 and r.proven
 
