@@ -57,18 +57,14 @@ def model_metrics(graph: Graph, times: dict[str, float], largest_batch: int | No
     from .bounds import bounds, efficiency
     from .orders import compute_order
     from .simulate import simulate
+    from .summary import size_figures
 
     b = bounds(graph, times)
     tac = simulate(graph, times, compute_order(graph, "tac", times)).makespan
     rand = statistics.fmean(simulate(graph, times, compute_order(graph, "random", times, seed=s)).makespan
                             for s in RANDOM_SEEDS)
     metrics = {
-        "ops": len(graph),
-        "compute_ops": len(graph.compute_ops()),
-        "recv_ops": len(graph.recvs()),
-        "send_ops": len(graph.sends()),
-        "param_count": graph.param_count,
-        "param_bytes": graph.param_bytes,
+        **size_figures(graph),
         "upper_bound": b.upper,
         "lower_bound": b.lower,
         "speedup_bound": b.speedup,

@@ -6,6 +6,19 @@ from collections import Counter
 from dlsched.dag import Graph
 
 
+def size_figures(graph: Graph) -> dict:
+    """Op and transfer counts and parameter totals: ``ops``, ``compute_ops``,
+    ``recv_ops``, ``send_ops``, ``param_count``, ``param_bytes``."""
+    return {
+        "ops": len(graph),
+        "compute_ops": len(graph.compute_ops()),
+        "recv_ops": len(graph.recvs()),
+        "send_ops": len(graph.sends()),
+        "param_count": graph.param_count,
+        "param_bytes": graph.param_bytes,
+    }
+
+
 def summarize(graph: Graph) -> dict:
     """Counts, parameter totals, roots/leaves, longest path and fingerprint.
 
@@ -22,12 +35,7 @@ def summarize(graph: Graph) -> dict:
     return {
         "name": graph.name,
         "mode": graph.mode,
-        "ops": len(graph),
-        "compute_ops": len(graph.compute_ops()),
-        "recv_ops": len(graph.recvs()),
-        "send_ops": len(graph.sends()),
-        "param_count": graph.param_count,
-        "param_bytes": graph.param_bytes,
+        **size_figures(graph),
         "roots": sum(1 for n in g if g.in_degree(n) == 0),
         "leaves": sum(1 for n in g if g.out_degree(n) == 0),
         "longest_path": graph.longest_path_ops(),
