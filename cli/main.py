@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import signal
 import sys
 
 # Silence framework log spam before anything can import them.
@@ -68,10 +69,19 @@ def cli():
     """
 
 
+def _exit_on_sigterm(signum, frame):
+    # An exception, unlike the default action, runs the cleanup that removes temporary files.
+    raise SystemExit(128 + signum)
+
+
 def main(argv=None):
     """Console entry point: user errors exit 2 with one paragraph, no traceback."""
     from dlsched.errors import DlschedError
 
+    try:
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    except ValueError:  # not the main thread (an embedding program owns signals)
+        pass
     try:
         cli.main(args=argv, prog_name="dlsched", standalone_mode=False)
     except click.exceptions.Exit as e:

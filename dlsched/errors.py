@@ -27,3 +27,7 @@ class OracleError(DlschedError):
 
 class PriorityFileError(DlschedError):
     """A priority file is malformed or was made for another model."""
+
+
+class OutputError(DlschedError):
+    """An output file cannot be written (read-only folder, full disk, a directory in the way)."""

@@ -1,47 +1,84 @@
 """Atomic file output: write to a temp file beside the target, then rename.
 
-A failed run therefore never leaves a partial output file behind.
+A failed run therefore never leaves a partial output file behind, and a
+target that cannot be written (read-only folder, full disk, a directory in
+the way) is reported as :class:`~dlsched.errors.OutputError` (exit 2), never
+as a traceback.
+
+The temp file is created with ``os.open(..., 0o666)`` so the process umask
+gives it the usual mode; ``mkstemp``'s 0600 would need the umask read, and
+reading it means setting it, which is a process-wide side effect.
 """
 from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
-
-# mkstemp creates files 0600; outputs should get the usual umask-based mode.
-_UMASK = os.umask(0)
-os.umask(_UMASK)
-_MODE = 0o666 & ~_UMASK
+import secrets
 from pathlib import Path
 from typing import IO, Iterator
+
+from dlsched.errors import OutputError
+
+
+def _temp_beside(path: Path, suffix: str) -> Path:
+    """Create an empty, exclusive temp file next to ``path``; return its path."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_dir():
+            raise IsADirectoryError(21, "is a directory")
+        for _ in range(100):
+            tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}{suffix}")
+            try:
+                os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+                return tmp
+            except FileExistsError:
+                continue
+        raise FileExistsError(17, "no free temporary name")
+    except OSError as e:
+        raise OutputError(f"{path}: cannot write the output ({e.strerror or e})") from None
+
+
+@contextlib.contextmanager
+def _renamed_onto(path: Path, tmp: Path) -> Iterator[None]:
+    """Rename ``tmp`` onto ``path`` if the block succeeds; remove it whatever else happens."""
+    try:
+        yield
+        os.replace(tmp, path)
+    except OSError as e:
+        raise OutputError(f"{path}: cannot write the output ({e.strerror or e})") from None
+    finally:
+        # Also reached on SIGINT/SIGTERM: the CLI turns both into exceptions.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
 
 
 @contextlib.contextmanager
 def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
     """Open ``path`` for writing; it only appears, complete, when the block succeeds.
 
-    Example
-    -------
-    >>> with atomic_open("/tmp/x.txt") as f:   # doctest: +SKIP
-    ...     f.write("hello")
+    Raises
+    ------
+    OutputError
+        The file cannot be created, written or renamed into place.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "x.txt"
+    >>> with atomic_open(p) as f:
+    ...     _ = f.write("hello")
+    >>> p.read_text(), sorted(q.name for q in p.parent.iterdir())
+    ('hello', ['x.txt'])
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.chmod(tmp, _MODE)
-    try:
-        if "b" in mode:
-            encoding = None
-        with os.fdopen(fd, mode, encoding=encoding) as f:
+    tmp = _temp_beside(path, ".tmp")
+    with _renamed_onto(path, tmp):
+        with open(tmp, mode, encoding=None if "b" in mode else encoding) as f:
             yield f
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (see :func:`atomic_open`)."""
     with atomic_open(path, "w") as f:
         f.write(text)
 
@@ -49,16 +86,18 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temp path for libraries that insist on writing by file name
-    (matplotlib, pyarrow); it is renamed onto ``path`` on success."""
+    (matplotlib, pyarrow); it is renamed onto ``path`` on success.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "y.csv"
+    >>> with atomic_path(p) as tmp:
+    ...     _ = tmp.write_text("a,b\\n")
+    >>> p.read_text()
+    'a,b\\n'
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
-    os.close(fd)
-    os.chmod(tmp, _MODE)
-    try:
-        yield Path(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    tmp = _temp_beside(path, path.suffix)
+    with _renamed_onto(path, tmp):
+        yield tmp
