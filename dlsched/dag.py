@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
@@ -102,22 +104,55 @@ class Op:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Op":
+        """Rebuild an op from :meth:`to_dict`'s output, checking every field a file could get wrong.
+
+        Raises
+        ------
+        GraphError
+            A field of the wrong type or a value with no meaning (negative or
+            infinite bytes, a resource that does not fit the op's kind).
+        """
+        if not isinstance(d, dict) or not isinstance(d.get("name"), str):
+            raise GraphError(f"an op must be an object with a string 'name', got {d!r:.80}")
+        name, kind = d["name"], d.get("kind")
+        if kind not in KINDS:
+            raise GraphError(f"op {name!r} has unknown kind {kind!r} (one of {', '.join(KINDS)})")
+        resource = d.get("resource", COMPUTE_RESOURCE)
+        if not isinstance(resource, str) or not _RESOURCE[kind].fullmatch(resource):
+            raise GraphError(f"op {name!r} of kind {kind} has resource {resource!r}; expected "
+                             f"{'compute:N' if kind == COMPUTE else 'ps:K/down' if kind == RECV else 'ps:K/up'}")
+        for key in ("output_shapes", "input_shapes", "dtypes"):
+            if not isinstance(d.get(key, []), list):
+                raise GraphError(f"op {name!r}: {key} must be a list")
+        if not isinstance(d.get("attrs", {}), dict):
+            raise GraphError(f"op {name!r}: attrs must be an object")
         return cls(
-            name=d["name"],
-            kind=d["kind"],
-            index=int(d["index"]),
-            op_type=d.get("op_type", ""),
-            resource=d.get("resource", COMPUTE_RESOURCE),
+            name=name,
+            kind=kind,
+            index=_count(d.get("index"), f"op {name!r}: index"),
+            op_type=str(d.get("op_type", "")),
+            resource=resource,
             output_shapes=d.get("output_shapes", []),
             input_shapes=d.get("input_shapes", []),
             dtypes=d.get("dtypes", []),
-            bytes=int(d.get("bytes", 0)),
-            params=int(d.get("params", 0)),
+            bytes=_count(d.get("bytes", 0), f"op {name!r}: bytes"),
+            params=_count(d.get("params", 0), f"op {name!r}: params"),
             shape=d.get("shape"),
             param=d.get("param"),
             phase=d.get("phase", "forward"),
             attrs=d.get("attrs", {}),
         )
+
+
+_RESOURCE = {COMPUTE: re.compile(r"compute:\d+"), RECV: re.compile(r"ps:\d+/down"), SEND: re.compile(r"ps:\d+/up")}
+
+
+def _count(value: Any, what: str) -> int:
+    """A non-negative whole number from a file (JSON may hold 1.5, true, Infinity or "3")."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value < 0 or value != int(value):
+        raise GraphError(f"{what} must be a non-negative whole number, got {value!r}")
+    return int(value)
 
 
 class Graph:
@@ -130,12 +165,18 @@ class Graph:
     mode : {"inference", "training"}
     source : dict, optional
         Where the graph came from (format, path, batch), saved with it.
+    capture : str, optional
+        How the importer captured the graph when it had a choice (torch:
+        ``symbolic_trace`` or ``make_fx``); saved with it, shown by ``inspect``,
+        and not part of the fingerprint.
     """
 
-    def __init__(self, name: str, mode: str = "inference", source: dict | None = None):
+    def __init__(self, name: str, mode: str = "inference", source: dict | None = None,
+                 capture: str | None = None):
         self.name = name
         self.mode = mode
         self.source = dict(source or {})
+        self.capture = capture
         self.ps_count = 1
         self.ps_strategy = "round-robin"
         self._g = nx.DiGraph()
@@ -312,7 +353,7 @@ class Graph:
         return h.hexdigest()[:16]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "format": "dlsched.dag",
             "version": 1,
             "name": self.name,
@@ -323,6 +364,9 @@ class Graph:
             "ops": [op.to_dict() for op in self.ops()],
             "edges": [list(e) for e in self.edges()],
         }
+        if self.capture is not None:  # files of importers without a choice stay as they were
+            d["capture"] = self.capture
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Graph":
@@ -330,16 +374,33 @@ class Graph:
             raise GraphError("not a dlsched DAG file (missing format: dlsched.dag)")
         if d.get("version") != 1:
             raise GraphError(f"unsupported DAG file version {d.get('version')!r}")
-        g = cls(d["name"], d.get("mode", "inference"), d.get("source"))
+        if not isinstance(d.get("name"), str) or d.get("mode", "inference") not in ("inference", "training"):
+            raise GraphError("the DAG file needs a string 'name' and a 'mode' of inference or training")
+        if not isinstance(d.get("ops"), list) or not isinstance(d.get("edges"), list):
+            raise GraphError("the DAG file needs an 'ops' list and an 'edges' list")
+        g = cls(d["name"], d.get("mode", "inference"), d.get("source") if isinstance(d.get("source"), dict) else {},
+                capture=d.get("capture") if isinstance(d.get("capture"), str) else None)
         for od in d["ops"]:
             op = Op.from_dict(od)
+            if op.name in g._ops:
+                raise GraphError(f"duplicate op name {op.name!r}")
             g._ops[op.name] = op
             g._g.add_node(op.name)
-        for u, v in d["edges"]:
-            g.add_edge(u, v)
+        for edge in d["edges"]:
+            if not (isinstance(edge, list) and len(edge) == 2 and all(isinstance(n, str) for n in edge)):
+                raise GraphError(f"an edge must be a pair of op names, got {edge!r:.80}")
+            g.add_edge(*edge)
         ps = d.get("ps", {})
-        g.ps_count = int(ps.get("count", 1))
+        if not isinstance(ps, dict):
+            raise GraphError("'ps' must be an object with 'count' and 'strategy'")
+        g.ps_count = _count(ps.get("count", 1), "the parameter-server count")
         g.ps_strategy = ps.get("strategy", "round-robin")
+        if g.ps_count < 1:
+            raise GraphError("the DAG file has zero parameter servers; a model needs at least one")
+        beyond = [op.name for op in g.recvs() + g.sends() if op.ps >= g.ps_count]
+        if beyond:
+            raise GraphError(f"op {beyond[0]!r} uses parameter server {g.op(beyond[0]).ps}, but the file has "
+                             f"only {g.ps_count}")
         g.validate()
         stored = d.get("fingerprint")
         if stored and stored != g.fingerprint():

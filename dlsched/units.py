@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import math
 import re
 
 from .errors import DlschedError
@@ -74,9 +75,16 @@ def parse_bytes(text: str) -> int:
 
 
 def parse_fraction(text: str) -> float:
-    """``2%`` → 0.02, ``0.1`` → 0.1."""
+    """``2%`` → 0.02, ``0.1`` → 0.1; negative, infinite and NaN values mean nothing here and are refused.
+
+    >>> parse_fraction("2%"), parse_fraction("0.1")
+    (0.02, 0.1)
+    """
     s = str(text).strip()
     try:
-        return float(s[:-1]) / 100 if s.endswith("%") else float(s)
+        value = float(s[:-1]) / 100 if s.endswith("%") else float(s)
     except ValueError:
         raise DlschedError(f"cannot parse {text!r} as a fraction (e.g. 0.1 or 10%)") from None
+    if not math.isfinite(value) or value < 0:
+        raise DlschedError(f"a fraction must be a finite, non-negative number (e.g. 0.1 or 10%), got {text!r}")
+    return value

@@ -32,8 +32,14 @@ def load_dag(path: str | Path) -> Graph:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         raise ImportFailure(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise ImportFailure(f"{path}: is a directory, not a .dag.json file") from None
+    except OSError as e:
+        raise ImportFailure(f"{path}: cannot read the DAG file ({e.strerror or e})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ImportFailure(f"{path}: not a valid DAG file, the JSON does not parse ({e})") from None
+    if not isinstance(data, dict):
+        raise ImportFailure(f"{path}: not a valid DAG file (expected a JSON object, got {type(data).__name__})")
     try:
         return Graph.from_dict(data)
     except GraphError as e:

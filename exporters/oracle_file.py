@@ -34,6 +34,9 @@ def write_oracle(df: pd.DataFrame, path: str | Path) -> None:
             df.to_csv(f, index=False, float_format="%.9g")
 
 
+MAX_OP_SECONDS = 86_400.0
+
+
 def read_oracle(path: str | Path) -> pd.DataFrame:
     """Load and validate an oracle file.
 
@@ -69,6 +72,11 @@ def validate_frame(df: pd.DataFrame, where: str = "oracle") -> None:
         sample = ", ".join(map(str, bad.head(5)))
         raise OracleError(f"{where}: {len(bad)} op(s) have a negative, NaN or non-numeric time (e.g. {sample}); "
                           "times must be finite seconds ≥ 0")
+    # A day per op is already absurd; far larger times overflow the sums that bounds and simulation take.
+    huge = df.loc[times > MAX_OP_SECONDS, "op"]
+    if len(huge):
+        raise OracleError(f"{where}: {len(huge)} op(s) take more than {MAX_OP_SECONDS:.0f} s (e.g. "
+                          f"{', '.join(map(str, huge.head(5)))}); the times must be in seconds")
     dup = df["op"][df["op"].duplicated()]
     if len(dup):
         raise OracleError(f"{where}: op(s) listed more than once: {', '.join(map(str, dup.head(5)))}")

@@ -71,6 +71,12 @@ def make_priority_file(graph: Graph, priorities: dict[str, int], algorithm: str,
 def write_priority_file(pf: PriorityFile, path: str | Path, fmt: str = "json") -> None:
     """Write atomically as ``json`` or ``tictac`` (``name<TAB>priority``)."""
     if fmt == "tictac":
+        awkward = [t.name for t in pf.transfers if any(c in t.name for c in "\t\r\n")]
+        if awkward:
+            # The TicTac format has no quoting: such a name would split a line the reader then rejects.
+            raise PriorityFileError(
+                f"{path}: transfer name {awkward[0]!r} holds a tab or a line break, which the TicTac format "
+                "cannot represent; write the priority file with --format json instead")
         text = "".join(f"{t.name}\t{t.priority}\n" for t in pf.transfers)
     elif fmt == "json":
         doc = {
@@ -136,16 +142,36 @@ def _parse_json(text: str, path: Path) -> PriorityFile:
     if doc.get("version") != VERSION:
         raise PriorityFileError(f"{path}: unsupported priority file version {doc.get('version')!r} "
                                 f"(this dlsched reads version {VERSION})")
-    try:
-        transfers = [Transfer(str(t["name"]), int(t["priority"]), int(t.get("bytes", 0)), int(t.get("ps", 0)))
-                     for t in doc["transfers"]]
-        model = doc.get("model") or {}
-    except (KeyError, TypeError, ValueError) as e:
-        raise PriorityFileError(f"{path}: malformed transfers list ({e})") from None
+    transfers_doc, model = doc.get("transfers"), doc.get("model")
+    if not isinstance(transfers_doc, list):
+        raise PriorityFileError(f"{path}: 'transfers' must be a list of {{name, priority}} objects")
+    if model is not None and not isinstance(model, dict):
+        raise PriorityFileError(f"{path}: 'model' must be an object with 'name' and 'fingerprint'")
+    model = model or {}
+    if not isinstance(model.get("fingerprint"), (str, type(None))):
+        raise PriorityFileError(f"{path}: the model fingerprint must be a string")
+    transfers = [_transfer(t, i, path) for i, t in enumerate(transfers_doc)]
     _check_unique(transfers, path)
     extra = {k: v for k, v in doc.items() if k not in ("format", "version", "algorithm", "model", "oracle", "transfers")}
     return PriorityFile(doc.get("algorithm", "?"), transfers, model.get("name"), model.get("fingerprint"),
                         doc.get("oracle"), VERSION, extra)
+
+
+def _whole(value, what: str, where: str, signed: bool = False) -> int:
+    """An integer field; refuse 1.5, "3", true and the like rather than truncate them."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PriorityFileError(f"{where}: {what} must be a whole number, got {value!r}")
+    if value < 0 and not signed:
+        raise PriorityFileError(f"{where}: {what} must not be negative, got {value!r}")
+    return value
+
+
+def _transfer(t, i: int, path: Path) -> Transfer:
+    where = f"{path}: transfer #{i}"
+    if not isinstance(t, dict) or not isinstance(t.get("name"), str) or "priority" not in t:
+        raise PriorityFileError(f"{where}: expected an object with a string 'name' and a 'priority', got {t!r:.80}")
+    return Transfer(t["name"], _whole(t["priority"], "priority", where, signed=True), _whole(t.get("bytes", 0), "bytes", where),
+                    _whole(t.get("ps", 0), "ps", where))
 
 
 def _parse_tictac(text: str, path: Path) -> PriorityFile:
@@ -155,6 +181,8 @@ def _parse_tictac(text: str, path: Path) -> PriorityFile:
             continue
         parts = line.rstrip("\n").split("\t")
         try:
+            if not parts[1].strip().lstrip("-").isdigit():  # int() would also take "1_0"; "1.5" is refused
+                raise ValueError
             transfers.append(Transfer(parts[0], int(parts[1])))
         except (IndexError, ValueError):
             raise PriorityFileError(f"{path}:{lineno}: expected 'name<TAB>priority', got {line!r}") from None

@@ -1,0 +1,155 @@
+"""Well-formed files of the wrong shape, through the CLI (issue 16, items 5, 8, 11, 14, 17).
+
+Each case exits 2 with a message naming the problem, never a traceback, and
+writes no output file.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dlsched.exporters.dag_json import save_dag
+from dlsched.exporters.oracle_file import write_oracle
+from dlsched.synthetic import random_dag
+from tests.conftest import assert_clean_error, run_cli
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    """A small training DAG with two servers, its oracle and a baseline."""
+    d = tmp_path_factory.mktemp("hostile")
+    graph, times = random_dag(10, 4, training=True, ps=2, seed=1)
+    dag, orc = d / "m.dag.json", d / "o.csv"
+    save_dag(graph, dag)
+    write_oracle(pd.DataFrame({"op": list(times), "time": list(times.values())}), orc)
+    base = d / "b.json"
+    p = run_cli("snapshot", dag, "--oracle", orc, "-o", base)
+    assert p.returncode == 0, p.stderr
+    pri = d / "p.json"
+    assert run_cli("order", dag, "--algo", "tic", "-o", pri).returncode == 0
+    return {"dir": d, "dag": dag, "oracle": orc, "baseline": base, "priorities": pri, "graph": graph}
+
+
+def _edited(src: Path, dst: Path, edit) -> Path:
+    doc = json.loads(src.read_text())
+    out = edit(doc)
+    doc = doc if out is None else out
+    dst.write_text(json.dumps(doc))
+    return dst
+
+
+def _no_fingerprint(doc):
+    doc.pop("fingerprint", None)
+    return doc
+
+
+# -- .dag.json of the wrong shape (items 5 and 11) -------------------------------------------------
+
+def _first(doc, kind):
+    return next(o for o in doc["ops"] if o["kind"] == kind)
+
+
+DAG_EDITS = {
+    "a list": (lambda d: [], "expected a JSON object"),
+    "bytes Infinity": (lambda d: _first(d, "recv").update(bytes=float("inf")), "bytes"),
+    "resource ps:x/down": (lambda d: _first(d, "recv").update(resource="ps:x/down"), "ps:x/down"),
+    "duplicate op names": (lambda d: d["ops"].append(dict(d["ops"][0])), "duplicate op name"),
+    "unknown kind": (lambda d: _first(d, "compute").update(kind="magic"), "unknown kind"),
+    "zero servers": (lambda d: d["ps"].update(count=0), "zero parameter servers"),
+    "server beyond the count": (lambda d: d["ps"].update(count=1), "parameter server 1"),
+    "ops not a list": (lambda d: d.update(ops={"a": 1}), "'ops' list"),
+}
+
+
+@pytest.mark.parametrize("case", list(DAG_EDITS))
+@pytest.mark.parametrize("fingerprint", [True, False], ids=["with-fp", "without-fp"])
+def test_dag_of_the_wrong_shape(model, tmp_path, case, fingerprint):
+    edit, needle = DAG_EDITS[case]
+
+    def apply(doc):
+        out = edit(doc)
+        doc = doc if out is None else out
+        if not fingerprint and isinstance(doc, dict):
+            # Without a fingerprint the content is all there is to check.
+            _no_fingerprint(doc)
+        return doc
+
+    bad = _edited(model["dag"], tmp_path / "bad.dag.json", apply)
+    assert_clean_error(run_cli("bounds", bad, "--oracle", model["oracle"]), str(bad), needle)
+
+
+def test_directory_as_dag(model, tmp_path):
+    folder = tmp_path / "x.dag.json"
+    folder.mkdir()
+    assert_clean_error(run_cli("inspect", folder), str(folder), "directory")
+
+
+# -- priority files (items 5, 14, 17) ---------------------------------------------------------------
+
+@pytest.mark.parametrize("edit,needle", [
+    (lambda d: d.update(model="resnet"), "'model' must be an object"),
+    (lambda d: d["transfers"][0].update(priority=1.5), "whole number"),
+    (lambda d: d["transfers"][0].update(priority="3"), "whole number"),
+    (lambda d: d["transfers"][0].update(bytes=-4), "negative"),
+    (lambda d: d.update(transfers={"p0": 0}), "'transfers' must be a list"),
+], ids=["model-string", "priority-1.5", "priority-string", "negative-bytes", "transfers-dict"])
+def test_priority_file_of_the_wrong_shape(model, tmp_path, edit, needle):
+    bad = _edited(model["priorities"], tmp_path / "p.json", edit)
+    assert_clean_error(run_cli("simulate", model["dag"], "--oracle", model["oracle"], "--priorities", bad), needle)
+
+
+def test_tictac_priority_with_a_fraction_is_refused(model, tmp_path):
+    names = [r.name for r in model["graph"].recvs()]
+    bad = tmp_path / "p.tsv"
+    bad.write_text("".join(f"{n}\t{i}.5\n" for i, n in enumerate(names)))
+    assert_clean_error(run_cli("simulate", model["dag"], "--oracle", model["oracle"], "--priorities", bad),
+                       "name<TAB>priority")
+
+
+def test_tictac_refuses_names_it_cannot_hold(model, tmp_path):
+    graph, times = random_dag(6, 2, seed=2)
+    renamed = tmp_path / "tab.dag.json"
+    doc = json.loads(graph.to_json())
+    _no_fingerprint(doc)
+    old = graph.recvs()[0].name
+    for op in doc["ops"]:
+        if op["name"] == old:
+            op["name"] = "layer\t1.weight"
+    doc["edges"] = [[("layer\t1.weight" if n == old else n) for n in e] for e in doc["edges"]]
+    renamed.write_text(json.dumps(doc))
+    out = tmp_path / "order.tsv"
+    proc = run_cli("order", renamed, "--algo", "tic", "--format", "tictac", "-o", out)
+    assert_clean_error(proc, "tab", "--format json")
+    assert not out.exists()
+
+
+# -- baselines (items 5 and 8) -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("edit,needle", [
+    (lambda d: d["metrics"].update(ops=float("nan")), "not finite"),
+    (lambda d: d.update(options="fast"), "'options' must be an object"),
+    (lambda d: d.update(tolerances={"ops": "lots"}), "tolerance"),
+    (lambda d: d["options"].update(batch=-3), "batch=-3"),
+], ids=["nan-metric", "options-string", "tolerance-lots", "negative-batch"])
+def test_baseline_of_the_wrong_shape(model, tmp_path, edit, needle):
+    bad = _edited(model["baseline"], tmp_path / "b.json", edit)
+    junit = tmp_path / "j.xml"
+    proc = run_cli("check", model["dag"], "--baseline", bad, "--junit", junit)
+    assert_clean_error(proc, str(bad), needle)
+    assert not junit.exists()
+
+
+@pytest.mark.parametrize("tol", ["-5%", "nan", "inf"])
+def test_check_refuses_meaningless_tolerance(model, tol):
+    proc = run_cli("check", model["dag"], "--baseline", model["baseline"], "--tolerance", tol)
+    assert_clean_error(proc, "fraction")
+
+
+def test_absurd_oracle_times_are_refused(model, tmp_path):
+    orc = tmp_path / "o.csv"
+    ops = [op.name for op in model["graph"].ops()]
+    orc.write_text("op,time\n" + "".join(f"{n},1e307\n" for n in ops))
+    assert_clean_error(run_cli("bounds", model["dag"], "--oracle", orc), str(orc), "in seconds")
