@@ -22,7 +22,7 @@ def bounds(oracle, default_time, makespan, trace_path, as_json, **model_kw):
     --makespan or --trace, also the scheduling efficiency E = (U − m) / (U − L).
     """
     from dlsched.analyses.bounds import bounds as compute_bounds
-    from dlsched.analyses.bounds import trace_makespan
+    from dlsched.analyses.bounds import rate_makespan, trace_makespan
     from dlsched.exporters.oracle_file import load_times
 
     if makespan is not None and trace_path:
@@ -35,8 +35,8 @@ def bounds(oracle, default_time, makespan, trace_path, as_json, **model_kw):
     out = {"model": graph.name, "mode": graph.mode, "upper": b.upper, "lower": b.lower, "speedup": b.speedup,
            "loads": dict(b.loads)}
     if makespan is not None:
-        out["makespan"] = makespan
-        out["efficiency"] = b.efficiency(makespan)
+        rating = rate_makespan(b.upper, b.lower, makespan)
+        out.update(makespan=makespan, efficiency=rating.efficiency, model_error=rating.model_error)
     if as_json:
         emit_json(out)
         return
@@ -50,7 +50,10 @@ def bounds(oracle, default_time, makespan, trace_path, as_json, **model_kw):
     t.add_row("best-case speedup S", f"{b.speedup:.3f}  ({b.speedup * 100:.1f}%)")
     if makespan is not None:
         t.add_row("makespan" + (" (trace)" if trace_path else ""), fmt_seconds(makespan))
-        t.add_row("scheduling efficiency E", f"{out['efficiency']:.3f}")
+        if rating.efficiency is not None:
+            t.add_row("scheduling efficiency E", f"{rating.efficiency:.3f}")
+        else:
+            t.add_row("scheduling efficiency E", "— (model error, see below)")
     console.print(t)
     loads = Table(title="load per resource", title_justify="left")
     for col in ("resource", "ops", "load", "share of U"):
@@ -58,6 +61,8 @@ def bounds(oracle, default_time, makespan, trace_path, as_json, **model_kw):
     for row in b.frame().itertuples(index=False):
         loads.add_row(row.resource, f"{row.ops:,}", fmt_seconds(row.load), f"{row.share * 100:.1f}%")
     console.print(loads)
-    if makespan is not None and not (b.lower <= makespan <= b.upper):
-        console.print("[yellow]note:[/] the makespan lies outside [L, U]; the oracle's times and the measured "
-                      "iteration do not describe the same run (other device, batch or overheads)")
+    if makespan is not None and rating.efficiency is None:
+        side = "above U" if rating.model_error > 0 else "below L"
+        console.print(f"[yellow]model error:[/] the makespan lies {fmt_seconds(abs(rating.model_error))} {side}, "
+                      "outside [L, U], so no efficiency is given: the oracle's times and the measured iteration "
+                      "do not describe the same run (other device, batch or overheads)")

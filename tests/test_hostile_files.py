@@ -153,3 +153,26 @@ def test_absurd_oracle_times_are_refused(model, tmp_path):
     ops = [op.name for op in model["graph"].ops()]
     orc.write_text("op,time\n" + "".join(f"{n},1e307\n" for n in ops))
     assert_clean_error(run_cli("bounds", model["dag"], "--oracle", orc), str(orc), "in seconds")
+
+
+# -- impossible results (item 12, the bounds side) -----------------------------------------------------
+
+def test_makespan_outside_the_bounds_is_a_model_error(model):
+    out = json.loads(run_cli("bounds", model["dag"], "--oracle", model["oracle"], "--json").stdout)
+    far = out["upper"] + 10.0
+    rated = json.loads(run_cli("bounds", model["dag"], "--oracle", model["oracle"], "--makespan", f"{far}",
+                               "--json").stdout)
+    assert rated["efficiency"] is None and rated["model_error"] == pytest.approx(10.0)
+    table = run_cli("bounds", model["dag"], "--oracle", model["oracle"], "--makespan", f"{far}")
+    assert table.returncode == 0 and "model error" in table.stdout and "above U" in table.stdout
+    quick = json.loads(run_cli("bounds", model["dag"], "--oracle", model["oracle"], "--makespan",
+                               f"{out['lower'] / 2}", "--json").stdout)
+    assert quick["efficiency"] is None and quick["model_error"] == pytest.approx(-out["lower"] / 2)
+
+
+def test_trace_with_a_negative_duration_is_refused(model, tmp_path):
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "conv", "ts": 0, "dur": 5000},
+                                                 {"ph": "X", "name": "bad", "ts": 10, "dur": -4000}]}))
+    assert_clean_error(run_cli("bounds", model["dag"], "--oracle", model["oracle"], "--trace", trace),
+                       str(trace), "negative duration")

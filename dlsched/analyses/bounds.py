@@ -134,6 +134,50 @@ def efficiency(upper: float, lower: float, makespan: float) -> float:
     return (U - m) / (U - L)
 
 
+@dataclass
+class Rating:
+    """A makespan rated against the bounds: the efficiency, or the model error when it lies outside them.
+
+    Attributes
+    ----------
+    efficiency : float or None
+        ``E`` in [0, 1]; ``None`` when the makespan lies outside ``[L, U]``.
+    model_error : float
+        Seconds by which the makespan lies outside ``[L, U]``: positive above
+        ``U`` (time the oracle does not account for), negative below ``L``
+        (faster than the oracle allows); 0 inside.
+    """
+
+    efficiency: float | None
+    model_error: float
+
+
+def rate_makespan(upper: float, lower: float, makespan: float) -> Rating:
+    """Rate a measured or simulated makespan: :func:`efficiency` inside ``[L, U]``, a model error outside.
+
+    A makespan outside the bounds means the oracle and the run do not describe
+    the same thing (another device, batch or overheads), so an efficiency
+    computed from it would be meaningless (negative, or above 1).
+
+    Examples
+    --------
+    >>> rate_makespan(4.0, 2.0, 3.0)
+    Rating(efficiency=0.5, model_error=0.0)
+    >>> rate_makespan(4.0, 2.0, 10.0)
+    Rating(efficiency=None, model_error=6.0)
+
+    See Also
+    --------
+    efficiency : the formula alone, unclipped.
+    """
+    U, L, m = float(upper), float(lower), float(makespan)
+    if m > U:
+        return Rating(None, m - U)
+    if m < L:
+        return Rating(None, m - L)
+    return Rating(efficiency(U, L, m), 0.0)
+
+
 def trace_makespan(path: str | Path) -> float:
     """Makespan in seconds of a measured Chrome trace (``.json`` or ``.json.gz``).
 
@@ -183,9 +227,13 @@ def trace_makespan(path: str | Path) -> float:
             ts, dur = float(ev["ts"]), float(ev.get("dur", 0))
         except (KeyError, TypeError, ValueError):
             continue
-        if math.isfinite(ts) and math.isfinite(dur):
-            starts.append(ts)
-            ends.append(ts + dur)
+        if not (math.isfinite(ts) and math.isfinite(dur)):
+            continue
+        if dur < 0:
+            raise DlschedError(f"{path}: event {ev.get('name', '?')!r} at ts={ts:g} has a negative duration "
+                               f"({dur:g} us); the trace is corrupt")
+        starts.append(ts)
+        ends.append(ts + dur)
     if not starts:
         raise DlschedError(f"{path}: the trace has no complete ('ph': 'X') events with ts/dur; "
                            "cannot measure a makespan from it")
