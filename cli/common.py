@@ -34,9 +34,13 @@ def duration_option(ctx, param, value):
     """click callback: ``350ms`` → 0.35 (seconds); ``None`` stays ``None``."""
     if value is None:
         return None
+    from dlsched.errors import DlschedError
     from dlsched.units import parse_duration
 
-    return parse_duration(value)
+    try:
+        return parse_duration(value)
+    except DlschedError as e:
+        raise click.BadParameter(str(e), ctx=ctx, param=param) from None
 
 
 def oracle_options(required: bool = True, oracle_help: str = "Time oracle file (CSV or Parquet: op, time in seconds)."):

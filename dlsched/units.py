@@ -16,12 +16,6 @@ from .errors import DlschedError
 
 _NUM = r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*"
 
-_BANDWIDTH = {  # -> bytes per second
-    "bps": 1 / 8, "kbps": 1e3 / 8, "mbps": 1e6 / 8, "gbps": 1e9 / 8, "tbps": 1e12 / 8,
-    "bit/s": 1 / 8, "kbit/s": 1e3 / 8, "mbit/s": 1e6 / 8, "gbit/s": 1e9 / 8,
-    "b/s": 1, "kb/s": 1e3, "mb/s": 1e6, "gb/s": 1e9,
-    "kib/s": 1024, "mib/s": 1024**2, "gib/s": 1024**3,
-}
 _DURATION = {"s": 1, "sec": 1, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9, "min": 60}
 _BYTES = {
     "": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
@@ -29,14 +23,19 @@ _BYTES = {
 }
 
 
-def _parse(text: str, table: dict, what: str, default_unit: str | None) -> float:
+def _number_and_unit(text: str, what: str) -> tuple[float, str]:
     m = re.fullmatch(_NUM + r"([A-Za-zµ/]*)\s*", str(text))
     if not m:
         raise DlschedError(f"cannot parse {what} {text!r}; expected a number with a unit, e.g. {_EXAMPLE[what]}")
-    value, unit = float(m.group(1)), m.group(2)
-    key = unit if unit in ("B/s", "MB/s", "GB/s", "KB/s", "kB/s") else unit.lower()
-    if key in ("B/s", "KB/s", "kB/s", "MB/s", "GB/s"):
-        key = key.lower()
+    value = float(m.group(1))
+    if not math.isfinite(value):  # 1e400 reads as inf
+        raise DlschedError(f"{what} {text!r} is too large to mean anything")
+    return value, m.group(2)
+
+
+def _parse(text: str, table: dict, what: str, default_unit: str | None) -> float:
+    value, unit = _number_and_unit(text, what)
+    key = unit.lower()
     if not unit:
         if default_unit is None:
             raise DlschedError(f"{what} {text!r} needs a unit, e.g. {_EXAMPLE[what]}")
@@ -46,16 +45,31 @@ def _parse(text: str, table: dict, what: str, default_unit: str | None) -> float
     return value * table[key]
 
 
-_EXAMPLE = {"bandwidth": "10Gbps or 500MiB/s", "duration": "50us or 2ms", "memory size": "16GiB"}
+_EXAMPLE = {"bandwidth": "10Gbps, 100mbit or 500MiB/s", "duration": "50us or 2ms", "memory size": "16GiB"}
+# A bandwidth unit: an SI or binary prefix, then bits or bytes, then "/s" or "ps" ("bit" may stand alone, as in tc).
+_RATE_UNIT = re.compile(r"(?P<prefix>[kKmMgGtT]?)(?P<binary>i?)(?:(?P<bits>bit|b)|(?P<bytes>B))(?P<per>/s|ps)?")
+_PREFIX = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}
 
 
 def parse_bandwidth(text: str) -> float:
-    """Bandwidth in bytes/second. Bits: ``bps``, ``Kbps``, ``Mbps``, ``Gbps``; bytes: ``B/s``, ``MB/s``, ``MiB/s``…"""
-    # B/s (bytes) and b/s are told apart by case only for the plain unit.
-    m = re.fullmatch(_NUM + r"([A-Za-z/]+)\s*", str(text))
-    if m and m.group(2) in ("B/s", "KB/s", "kB/s", "MB/s", "GB/s"):
-        return float(m.group(1)) * {"B/s": 1, "KB/s": 1e3, "kB/s": 1e3, "MB/s": 1e6, "GB/s": 1e9}[m.group(2)]
-    value = _parse(text, _BANDWIDTH, "bandwidth", None)
+    """Bandwidth in bytes/second; bits and bytes are told apart by case, as SI and ``tc`` do.
+
+    ``b`` and ``bit`` are bits, ``B`` is bytes: ``100Mb/s``, ``100Mbps``, ``100mbit`` and
+    ``100Mbit/s`` are 12.5e6 B/s; ``100MB/s`` is 100e6 B/s and ``100MiB/s`` 100·2²⁰ B/s.
+    The prefix's case does not matter (``kbit`` = ``Kbit``).
+
+    >>> parse_bandwidth("100Mb/s"), parse_bandwidth("100MB/s"), parse_bandwidth("100mbit")
+    (12500000.0, 100000000.0, 12500000.0)
+    >>> parse_bandwidth("1GiB/s") == 2**30
+    True
+    """
+    value, unit = _number_and_unit(text, "bandwidth")
+    m = _RATE_UNIT.fullmatch(unit)
+    if not m or (m["bits"] != "bit" and not m["per"]):
+        raise DlschedError(f"unknown bandwidth unit {unit!r} in {text!r}; use bits (bps, Kbps, Mbps, Gbps, "
+                           "mbit, Mb/s) or bytes (B/s, KB/s, MB/s, GB/s, MiB/s, GiB/s)")
+    scale = (1024 if m["binary"] else 1000) ** _PREFIX[m["prefix"].lower()]
+    value *= scale / 8 if m["bits"] else scale
     if value <= 0:
         raise DlschedError(f"bandwidth must be positive, got {text!r}")
     return value
@@ -71,7 +85,10 @@ def parse_duration(text: str) -> float:
 
 def parse_bytes(text: str) -> int:
     """Memory size in bytes (``16GiB``, ``512MB``; a bare number is bytes)."""
-    return int(_parse(text, _BYTES, "memory size", ""))
+    value = _parse(text, _BYTES, "memory size", "")
+    if value > 2**63:
+        raise DlschedError(f"memory size {text!r} is too large to mean anything")
+    return int(value)
 
 
 def parse_fraction(text: str) -> float:

@@ -176,3 +176,41 @@ def test_trace_with_a_negative_duration_is_refused(model, tmp_path):
                                                  {"ph": "X", "name": "bad", "ts": 10, "dur": -4000}]}))
     assert_clean_error(run_cli("bounds", model["dag"], "--oracle", model["oracle"], "--trace", trace),
                        str(trace), "negative duration")
+
+
+# -- messages that name the culprit (item 15) and edge numbers (item 6) --------------------------------
+
+@pytest.mark.parametrize("args,needle", [
+    (("--latency", "1e400"), "--latency"),
+    (("--bandwidth", "0B/s"), "positive"),
+    (("--bandwidth", "1e400Gbps"), "too large"),
+], ids=["latency-1e400", "bandwidth-0", "bandwidth-1e400"])
+def test_profile_network_numbers(model, tmp_path, args, needle):
+    out = tmp_path / "o.csv"
+    proc = run_cli("profile", model["dag"], "--analytic", "-o", out, *args)
+    assert_clean_error(proc, needle)
+    assert not out.exists()
+
+
+def test_default_time_1e400_names_the_option(model):
+    assert_clean_error(run_cli("bounds", model["dag"], "--oracle", model["oracle"], "--default-time", "1e400"),
+                       "--default-time", "too large")
+
+
+@pytest.mark.parametrize("yaml_text,needle", [
+    ("name: x\npeak_flops: -1\nmemory_bandwidth: 1GB/s\n", "peak_flops"),
+    ("name: x\npeak_flops: 1.0e12\nmemory_bandwidth: 1GB/s\nnetwork_latency: 1e400\n", "too large"),
+    ("name: x\npeak_flops: [1, 2\n", "not valid YAML"),
+], ids=["negative-flops", "latency-1e400", "broken-yaml"])
+def test_bad_device_spec_names_the_spec(model, tmp_path, yaml_text, needle):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml_text)
+    out = tmp_path / "o.csv"
+    assert_clean_error(run_cli("profile", model["dag"], "--analytic", "--device-spec", spec, "-o", out),
+                       str(spec), needle)
+    assert not out.exists()
+
+
+def test_device_spec_that_is_a_directory(model, tmp_path):
+    assert_clean_error(run_cli("profile", model["dag"], "--analytic", "--device-spec", tmp_path, "-o",
+                               tmp_path / "o.csv"), str(tmp_path), "cannot read the device spec")

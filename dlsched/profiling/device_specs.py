@@ -25,6 +25,7 @@ a YAML file with the same keys::
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -73,10 +74,12 @@ def load_device_spec(name_or_path: str) -> DeviceSpec:
         doc = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
         raise DlschedError(f"{path}: the device spec is not valid YAML ({e})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise DlschedError(f"{path}: cannot read the device spec ({getattr(e, 'strerror', None) or e})") from None
     if not isinstance(doc, dict):
         raise DlschedError(f"{path}: a device spec must be a YAML mapping of name, peak_flops, memory_bandwidth, …")
     try:
-        return DeviceSpec(
+        spec = DeviceSpec(
             name=str(doc.get("name", path.stem)),
             peak_flops=float(doc["peak_flops"]),
             memory_bandwidth=_rate(doc["memory_bandwidth"]),
@@ -87,11 +90,16 @@ def load_device_spec(name_or_path: str) -> DeviceSpec:
         )
     except KeyError as e:
         raise DlschedError(f"{path}: the device spec lacks the field {e.args[0]!r}") from None
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, DlschedError) as e:
         raise DlschedError(f"{path}: invalid device spec value ({e})") from None
+    for key in ("peak_flops", "memory_bandwidth", "network_bandwidth"):
+        value = getattr(spec, key)
+        if not (math.isfinite(value) and value > 0):
+            raise DlschedError(f"{path}: {key} must be a finite positive rate, got {value!r}")
+    return spec
 
 
 def _rate(value) -> float:
-    if isinstance(value, (int, float)):
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     return parse_bandwidth(str(value))
