@@ -153,3 +153,12 @@ def test_peer_option_errors(dag):
     _, d = dag
     assert_clean_error(_profile(d, "--peer", "127.0.0.1:1"), "--measure-network")
     assert_clean_error(_profile(d, "--measure-network", "--peer", "nohostport"), "HOST:PORT")
+
+
+@pytest.mark.parametrize("host", ["no.such.host.invalid", "256.1.1.1"])
+def test_net_peer_bad_host_is_one_line(host):
+    """A host this machine cannot listen on: one paragraph, no C++ warnings or stack frames (issue 16 item 15)."""
+    proc = run_cli("net-peer", "--host", host, "--port", "0", "--sessions", "1", "--timeout", "2", timeout=60)
+    assert_clean_error(proc, host, "cannot listen")
+    assert "frame #" not in proc.stderr and "socket.cpp" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) <= 2

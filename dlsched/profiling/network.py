@@ -180,6 +180,29 @@ def _init_group(store, rank: int, timeout: float):
 
 
 # -- the peer -------------------------------------------------------------------
+def _check_bindable(host: str, port: int) -> None:
+    """Fail fast, in one line, on an address this machine cannot listen on.
+
+    TCPStore would otherwise retry as a client until its timeout and print
+    pages of C++ warnings and stack frames.
+    """
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise NetworkError(f"net-peer cannot listen on {host}:{port}: the host name does not resolve ({e.strerror})"
+                           ) from None
+    family, kind, proto, _, addr = infos[0]
+    with socket.socket(family, kind, proto) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(addr)
+        except OSError as e:
+            raise NetworkError(f"net-peer cannot listen on {host}:{port}: {e.strerror}; give --host an address of "
+                               "this machine (127.0.0.1, or the interface the profiling host reaches)") from None
+
+
 def serve_peer(host: str = "127.0.0.1", port: int = 0, sessions: int = 0, timeout: float = 60.0,
                announce=print) -> int:
     """Serve network measurements as rank 0 (``dlsched net-peer``).
@@ -205,6 +228,7 @@ def serve_peer(host: str = "127.0.0.1", port: int = 0, sessions: int = 0, timeou
     NetworkError
         The port cannot be bound.
     """
+    _check_bindable(host, port)
     import torch
     import torch.distributed as dist
 
