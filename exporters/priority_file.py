@@ -98,8 +98,9 @@ def read_priority_file(path: str | Path, graph: Graph | None = None) -> Priority
     Raises
     ------
     PriorityFileError
-        Unreadable file, wrong format/version, a fingerprint of another model,
-        or transfers that ``graph`` does not have.
+        Unreadable file, wrong format/version, a JSON file without a model
+        fingerprint, a fingerprint of another model, or transfers that
+        ``graph`` does not have.
     """
     path = Path(path)
     try:
@@ -150,6 +151,11 @@ def _parse_json(text: str, path: Path) -> PriorityFile:
     model = model or {}
     if not isinstance(model.get("fingerprint"), (str, type(None))):
         raise PriorityFileError(f"{path}: the model fingerprint must be a string")
+    if not model.get("fingerprint"):
+        # Without one nothing ties the file to a model: a file for another model or mode would pass unchecked.
+        raise PriorityFileError(
+            f"{path}: the priority file has no model fingerprint, so it cannot be checked against the model; "
+            "regenerate it with dlsched order (a TicTac file, --format tictac, is checked by transfer names only)")
     transfers = [_transfer(t, i, path) for i, t in enumerate(transfers_doc)]
     _check_unique(transfers, path)
     extra = {k: v for k, v in doc.items() if k not in ("format", "version", "algorithm", "model", "oracle", "transfers")}

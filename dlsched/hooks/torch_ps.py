@@ -22,7 +22,15 @@ Failure handling: every wait is bounded by ``timeout`` seconds (the process grou
 timeout and explicit deadlines). A peer that dies closes its gloo connections,
 so the survivors' pending transfers fail; each survivor raises
 :class:`PSTrainingError`, prints one line ``dlsched: error: ...`` and exits with
-code 2. :func:`launch_local` kills whatever is left after ``timeout``.
+code 2. :func:`launch_local` kills whatever is left after ``timeout``. The ranks
+also end with the launcher, even one killed by SIGKILL (:func:`watch_launcher`),
+and the launcher's job directory is deleted unless ``keep=True``.
+
+Bad input is refused before any process starts, with one message and no
+traceback: :class:`PSConfig` checks every setting (:class:`PSConfigError`), and
+:func:`config_from_priority_file` refuses a priority file whose fingerprint is
+not that of the graph being trained, in the mode being trained
+(:class:`~dlsched.errors.PriorityFileError`).
 
 Buffers (e.g. BatchNorm running statistics) are not synchronised: use models
 without buffers, or accept that each worker keeps its own.
@@ -39,20 +47,26 @@ Example
 >>> run = launch_local(cfg)                                       # doctest: +SKIP
 >>> run.params["conv1.weight"].shape, run.timeline.get(0, 0).arrival_order()[:2]  # doctest: +SKIP
 
-Public API: :class:`PSConfig`, :func:`config_from_priority_file`,
-:func:`order_from_module`, :func:`ps_train` (run one rank in this process),
-:func:`launch_local` (spawn a whole cluster on localhost), :class:`PSRun`,
-:func:`reference_train` (the single-process equivalent), :class:`PSTrainingError`.
+Public API: :class:`PSConfig`, :func:`check_settings`, :func:`config_from_priority_file`,
+:func:`check_priority_file`, :func:`order_from_module`, :func:`ps_train` (run one
+rank in this process), :func:`launch_local` (spawn a whole cluster on localhost),
+:class:`PSRun`, :func:`watch_launcher`, :func:`reference_train` (the
+single-process equivalent), :class:`PSTrainingError`, :class:`PSConfigError`.
 The timeline format is :mod:`dlsched.hooks.timeline`.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
 import json
+import math
+import numbers
 import os
 import random
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -60,7 +74,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from dlsched.errors import DlschedError, PriorityFileError
@@ -72,6 +86,110 @@ class PSTrainingError(DlschedError):
     """A transfer failed or timed out, or a rank of the parameter-server job died."""
 
 
+class PSConfigError(DlschedError):
+    """A parameter-server setting is invalid; raised before any process starts."""
+
+
+#: Longest per-wait timeout accepted, in seconds (about 11.6 days). Larger values overflow
+#: ``datetime.timedelta`` in the process group and are a hang in all but name.
+MAX_TIMEOUT = 1e6
+_MODES = ("training", "inference")
+_FAIL_HOWS = ("exit", "stall")
+_DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
+
+
+def _setting_problems(values: dict) -> list[str]:
+    """Check the scalar settings in ``values`` (any subset of PSConfig's fields but
+    ``model``, ``order`` and ``ps``); numbers are normalised in place to ``int``/``float``
+    so the config stays JSON-serialisable (numpy scalars would not be).
+
+    Returns one phrase per problem, e.g. ``"workers must be at least 1, got 0"``.
+    """
+    problems = []
+
+    def whole(key, low, high=None, optional=False):
+        if key not in values or (optional and values[key] is None):
+            return
+        v = values[key]
+        # bool is an int subclass: workers=True is a mistake, not 1
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            problems.append(f"{key} must be a whole number, got {v!r}")
+            return
+        values[key] = v = int(v)
+        if v < low or (high is not None and v > high):
+            bound = f"at least {low}" if high is None else f"between {low} and {high}"
+            problems.append(f"{key} must be {bound}, got {v}")
+
+    def real(key, low, high, high_open=False, low_open=False):
+        if key not in values:
+            return
+        v = values[key]
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            problems.append(f"{key} must be a number, got {v!r}")
+            return
+        values[key] = v = float(v)
+        if not (math.isfinite(v) and (v > low if low_open else v >= low) and (v < high if high_open else v <= high)):
+            span = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+            problems.append(f"{key} must be a finite number in {span}, got {v!r}")
+
+    def choice(key, allowed):
+        if key in values and values[key] not in allowed:
+            problems.append(f"{key} must be one of {', '.join(map(repr, allowed))}, got {values[key]!r}")
+
+    whole("servers", 1)
+    whole("workers", 1)
+    whole("iterations", 1)
+    whole("batch", 1)
+    whole("window", 1)
+    whole("threads", 1)
+    whole("seed", 0, 2 ** 32 - 1)
+    real("timeout", 0, MAX_TIMEOUT, low_open=True)
+    real("lr", 0, math.inf, high_open=True)
+    real("momentum", 0, 1, high_open=True)
+    choice("mode", _MODES)
+    choice("fail_how", _FAIL_HOWS)
+    whole("fail_iteration", 0, optional=True)
+    whole("fail_worker", 0, optional=True)
+    if isinstance(values.get("fail_worker"), int) and isinstance(values.get("workers"), int) \
+            and values["fail_worker"] >= values["workers"] >= 1:
+        problems.append(f"fail_worker must be a worker index below workers={values['workers']}, "
+                        f"got {values['fail_worker']}")
+    if "unordered" in values and not isinstance(values["unordered"], bool):
+        problems.append(f"unordered must be true or false, got {values['unordered']!r}")
+    if "device" in values and not (isinstance(values["device"], str) and _DEVICE.match(values["device"])):
+        problems.append(f"device must be 'cpu', 'cuda' or 'cuda:N', got {values['device']!r}")
+    if "model_kwargs" in values:
+        kw = values["model_kwargs"]
+        try:  # every rank reads the config from a JSON file
+            ok = isinstance(kw, dict) and all(isinstance(k, str) for k in kw) and json.dumps(kw) is not None
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            problems.append(f"model_kwargs must be a JSON object with string keys, got {kw!r:.80}")
+    return problems
+
+
+def _refuse(problems: list[str]) -> None:
+    if problems:
+        raise PSConfigError("invalid parameter-server configuration: " + "; ".join(problems))
+
+
+def check_settings(**settings) -> None:
+    """Refuse invalid :class:`PSConfig` settings without building a config.
+
+    Callers that do expensive work before they can build the config (importing the
+    model to make a priority file) check the user's numbers first with this.
+
+    Raises
+    ------
+    PSConfigError
+        An unknown setting, or a value out of range (the message names each one).
+    """
+    names = {f.name for f in fields(PSConfig)} - {"model", "order", "ps"}
+    unknown = sorted(set(settings) - names)
+    _refuse([f"unknown setting {k!r}" for k in unknown] + _setting_problems(dict(settings)))
+
+
 @dataclass
 class PSConfig:
     """Everything a rank needs; JSON-serialisable so every rank reads the same one.
@@ -80,6 +198,18 @@ class PSConfig:
     (``fn(**model_kwargs)`` returns ``(module, example_inputs)``). ``order`` lists
     the parameter names, highest priority first; ``ps`` maps a name to its server
     index (default: round-robin over the order).
+
+    Every setting is checked on construction (so in the launcher, before any
+    process starts): ``servers``, ``workers``, ``iterations``, ``batch``,
+    ``window`` and ``threads`` are whole numbers ≥ 1; ``timeout`` is in
+    ``(0, MAX_TIMEOUT]`` seconds; ``lr`` ≥ 0 and ``0 ≤ momentum < 1``, both
+    finite; ``mode``, ``device`` and ``fail_how`` take their listed values;
+    ``order`` is a non-empty list of distinct names and ``ps`` only names those.
+
+    Raises
+    ------
+    PSConfigError
+        One message listing every invalid setting by name.
     """
 
     model: str
@@ -103,16 +233,130 @@ class PSConfig:
     fail_how: str = "exit"  # "exit": die abruptly (tests); "stall": stop responding
     threads: int = 1
 
+    def __post_init__(self):
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        problems = []
+        if not isinstance(self.model, str) or ":" not in self.model:
+            problems.append(f"model must be a factory 'path/to/file.py:fn' or 'package.module:fn', got {self.model!r}")
+        if not isinstance(self.order, list) or not self.order or not all(isinstance(n, str) for n in self.order):
+            problems.append(f"order must be a non-empty list of parameter names, got {self.order!r:.80}")
+        else:
+            seen: set[str] = set()
+            dup = next((n for n in self.order if n in seen or seen.add(n)), None)
+            if dup is not None:
+                problems.append(f"order lists {dup!r} more than once")
+        if not isinstance(self.ps, dict):
+            problems.append(f"ps must map parameter names to server indices, got {self.ps!r:.80}")
+        else:
+            known = set(self.order) if isinstance(self.order, list) else set()
+            for n, s in self.ps.items():
+                if n not in known:
+                    problems.append(f"ps names {n!r}, which is not in the order")
+                    break
+                if isinstance(s, bool) or not isinstance(s, numbers.Integral) or s < 0:
+                    problems.append(f"ps[{n!r}] must be a server index ≥ 0, got {s!r}")
+                    break
+        problems += _setting_problems(values)
+        _refuse(problems)
+        for k, v in values.items():  # normalised numbers
+            setattr(self, k, v)
+        self.ps = {n: int(s) for n, s in self.ps.items()}
+
     def server_of(self, name: str) -> int:
         return self.ps.get(name, self.order.index(name)) % self.servers
 
 
 def config_from_priority_file(model: str, priority_file, **kw) -> PSConfig:
-    """Build a :class:`PSConfig` whose order and sharding come from a priority file
-    (a :class:`~dlsched.exporters.priority_file.PriorityFile` or a path to one)."""
+    """Build a :class:`PSConfig` whose order and sharding come from a priority file,
+    after checking that the file was made for the graph this job trains.
+
+    Parameters
+    ----------
+    model : str
+        The factory spec, as for :class:`PSConfig`.
+    priority_file : PriorityFile or path
+        A :class:`~dlsched.exporters.priority_file.PriorityFile` or a path to one.
+    **kw
+        Other :class:`PSConfig` settings (``mode``, ``servers``, ...).
+
+    Raises
+    ------
+    PSConfigError
+        An invalid setting.
+    PriorityFileError
+        Unreadable file; a JSON file whose fingerprint is not that of ``model``'s
+        graph in ``mode`` (another model, or the other mode); transfer names that
+        differ from the model's parameters (the only check a TicTac file allows).
+    ImportFailure
+        ``model`` cannot be imported to compute its fingerprint.
+    """
     from dlsched.exporters.priority_file import PriorityFile, read_priority_file
-    pf = priority_file if isinstance(priority_file, PriorityFile) else read_priority_file(priority_file)
-    return PSConfig(model=model, order=pf.order, ps={t.name: t.ps for t in pf.transfers}, **kw)
+    if isinstance(priority_file, PriorityFile):
+        pf, where = priority_file, "the priority file"
+    else:
+        pf, where = read_priority_file(priority_file), str(priority_file)
+    clash = sorted({"model", "order", "ps"} & set(kw))
+    if clash:
+        raise PSConfigError(f"{', '.join(clash)}: set by the priority file, cannot also be given")
+    check_settings(**kw)  # before importing the model: a bad number costs nothing
+    cfg = PSConfig(model=model, order=pf.order, ps={t.name: t.ps for t in pf.transfers}, **kw)
+    check_priority_file(cfg, pf, where)
+    return cfg
+
+
+def check_priority_file(cfg: PSConfig, pf, where: str = "the priority file") -> None:
+    """Refuse a priority file that was not made for the graph ``cfg`` trains.
+
+    A file with a fingerprint is compared with the fingerprint of the graph that
+    the project's importer makes of ``cfg.model`` in ``cfg.mode`` (what ``dlsched
+    order`` computed it from), so a forged fingerprint, a file for another model
+    and one for the other mode are all refused. A file without one (TicTac TSV,
+    or a :class:`PriorityFile` built in memory) must name exactly the model's
+    parameters.
+
+    Raises
+    ------
+    PriorityFileError, ImportFailure
+    """
+    from dlsched.exporters.priority_file import check_against
+    if pf.fingerprint is not None:
+        if set(cfg.model_kwargs) - {"batch"}:
+            # The importer calls fn() (or fn(batch=...)), so it cannot see the graph fn(**model_kwargs) builds.
+            raise PriorityFileError(
+                f"{where}: cannot check its fingerprint for model {cfg.model!r} called with "
+                f"{sorted(cfg.model_kwargs)}; wrap those arguments in a factory of their own and run "
+                "dlsched order on it, or use a TicTac file (checked by transfer names only)")
+        from dlsched.loader import load_model
+        graph = load_model(cfg.model, mode=cfg.mode, batch=cfg.model_kwargs.get("batch"))
+        check_against(pf, graph, where)
+        expected = [r.name for r in graph.recvs()]
+    else:
+        expected = _parameter_names(cfg)
+    _check_names(pf.order, expected, where, cfg.model)
+
+
+def _check_names(order: list[str], names: list[str], where: str, model: str) -> None:
+    missing = sorted(set(names) - set(order))
+    unknown = sorted(set(order) - set(names))
+    if missing or unknown:
+        raise PriorityFileError(
+            f"{where} does not match model {model!r}: "
+            + (f"missing parameters {missing[:5]}" if missing else "")
+            + ("; " if missing and unknown else "") + (f"unknown names {unknown[:5]}" if unknown else ""))
+
+
+def _parameter_names(cfg: PSConfig) -> list[str]:
+    module, _ = _call_factory(cfg)
+    return [n for n, _ in module.named_parameters()]
+
+
+def _call_factory(cfg: PSConfig):
+    fn = load_factory(cfg.model)
+    try:
+        module, inputs = fn(**cfg.model_kwargs)
+    except Exception as e:  # the user's code: report it, do not dump its traceback
+        raise PSTrainingError(f"model {cfg.model!r}: the factory raised {type(e).__name__}: {e}") from None
+    return module, inputs
 
 
 def load_factory(spec: str):
@@ -140,15 +384,8 @@ def load_factory(spec: str):
 
 def build_model(cfg: PSConfig):
     """``(module, example_inputs)`` from the factory, with the factory's fixed seed."""
-    module, inputs = load_factory(cfg.model)(**cfg.model_kwargs)
-    names = [n for n, _ in module.named_parameters()]
-    missing = sorted(set(names) - set(cfg.order))
-    unknown = sorted(set(cfg.order) - set(names))
-    if missing or unknown:
-        raise PriorityFileError(
-            f"the transfer order does not match model {cfg.model!r}: "
-            + (f"missing parameters {missing[:5]}" if missing else "")
-            + ("; " if missing and unknown else "") + (f"unknown names {unknown[:5]}" if unknown else ""))
+    module, inputs = _call_factory(cfg)
+    _check_names(cfg.order, [n for n, _ in module.named_parameters()], "the transfer order", cfg.model)
     return module, inputs
 
 
@@ -466,12 +703,14 @@ def ps_train(rank: int, cfg: PSConfig, init_method: str) -> dict:
 @dataclass
 class PSRun:
     """The outcome of :func:`launch_local`: trained parameters (training), the
-    workers' timeline, and each rank's exit code and stderr."""
+    workers' timeline, each rank's exit code and stderr, and the job directory
+    when it was kept (``keep=True``; ``None`` once deleted)."""
 
     params: dict
     timeline: Timeline
     returncodes: list[int]
     stderr: list[str]
+    workdir: str | None = None
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -480,9 +719,11 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def rank_command(cfg_path: str, rank: int, init_method: str, out: str) -> list[str]:
-    return [sys.executable, "-m", "dlsched.hooks.torch_ps", "--config", cfg_path, "--rank", str(rank),
-            "--init", init_method, "--out", out]
+def rank_command(cfg_path: str, rank: int, init_method: str, out: str, parent: int | None = None) -> list[str]:
+    """The command line of one rank; with ``parent`` the rank ends when that process does."""
+    cmd = [sys.executable, "-m", "dlsched.hooks.torch_ps", "--config", cfg_path, "--rank", str(rank),
+           "--init", init_method, "--out", out]
+    return cmd + ["--parent", str(parent)] if parent is not None else cmd
 
 
 def rank_env(ifname: str = "lo") -> dict:
@@ -491,35 +732,222 @@ def rank_env(ifname: str = "lo") -> dict:
                 PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
 
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` is a running process; a zombie (dead, not yet reaped) is not."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: it exists
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat[stat.rindex(")") + 2] not in "ZX"
+    except (OSError, ValueError, IndexError):  # no /proc: trust kill()
+        return True
+
+
+def watch_launcher(launcher: int, interval: float = 0.5, deathsig: bool = True) -> None:
+    """End this process as soon as the process ``launcher`` dies, however it dies.
+
+    A rank that outlives its launcher would keep training (and holding its port
+    and cores) with nobody to collect the result or to stop it.
+
+    Parameters
+    ----------
+    launcher : int
+        The pid of the process that started this one.
+    interval : float
+        Seconds between two checks of the portable fallback.
+    deathsig : bool
+        On Linux, also ask the kernel to SIGKILL this process when its parent
+        dies (``prctl(PR_SET_PDEATHSIG)``), which acts at once and covers a
+        launcher killed by SIGKILL. ``False`` leaves only the fallback (tests).
+
+    Notes
+    -----
+    The fallback is a daemon thread that exits the process with code 2 once its
+    parent changes (it was re-parented: the parent died) or ``launcher`` is gone.
+    It also covers systems without ``prctl`` and a wrapper between launcher and
+    rank (the kernel signal follows the direct parent only). The death signal
+    follows the parent *thread*: :func:`launch_local` keeps the thread that
+    started the ranks blocked until they have ended.
+    """
+    if deathsig and sys.platform.startswith("linux"):
+        try:
+            import ctypes
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):  # no usable libc: the fallback still works
+            pass
+    parent = os.getppid()
+
+    def gone() -> bool:
+        return os.getppid() != parent or not _alive(launcher)
+
+    def stop():
+        print(f"dlsched: error: the launcher (pid {launcher}) is gone; this rank stops", file=sys.stderr, flush=True)
+        os._exit(2)
+
+    if gone():  # it died before the death signal was armed
+        stop()
+
+    def poll():
+        while not gone():
+            time.sleep(interval)
+        stop()
+
+    threading.Thread(target=poll, name="dlsched-launcher-watch", daemon=True).start()
+
+
+_STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, n))
+
+
+def _kill_ranks(procs: list) -> None:
+    """SIGKILL the process group of every rank not yet reaped (each leads its own session)."""
+    for p in procs:
+        if p.returncode is None:  # not reaped, so its pid and group id are still ours
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+@contextlib.contextmanager
+def _ranks_die_with_launcher(procs: list):
+    """While the job runs, SIGTERM, SIGINT or SIGHUP to the launcher first kill every rank.
+
+    Then the signal takes its course as an exception, so the ``finally`` blocks
+    that reap the ranks and remove the job directory run: the Python handler that
+    was there before is called (SIGINT's raises ``KeyboardInterrupt``), else
+    ``SystemExit(128 + signum)``, the shell's code for death by that signal.
+    Ignored signals (``nohup``) stay ignored. Only the main thread may set
+    handlers; elsewhere the ranks rely on :func:`watch_launcher` alone.
+    """
+    previous = {}
+
+    def handler(signum, frame):
+        _kill_ranks(procs)
+        prev = previous.get(signum)
+        if callable(prev):
+            prev(signum, frame)
+        raise SystemExit(128 + signum)
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in _STOP_SIGNALS:
+            current = signal.getsignal(sig)
+            if current is signal.SIG_IGN or current is None:  # ignored on purpose, or owned by C code
+                continue
+            previous[sig] = current
+            signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, prev in previous.items():
+            signal.signal(sig, prev)
+
+
 def launch_local(cfg: PSConfig, timeout: float | None = None, workdir: str | None = None,
                  on_start=None, prefixes: list[list[str]] | None = None, env: list[dict] | None = None,
-                 init_method: str | None = None) -> PSRun:
+                 init_method: str | None = None, keep: bool = False) -> PSRun:
     """Run the whole job as ``S + W`` local processes and collect the results.
 
-    Once a rank fails, the others get ``cfg.timeout + 5`` seconds to fail cleanly
-    before they are killed. ``on_start(procs)`` is called once all processes are started (tests use it to
-    kill one). ``prefixes[rank]`` is prepended to a rank's command (the benchmark
-    uses ``ip netns exec NS``); ``env[rank]`` replaces its environment.
+    Parameters
+    ----------
+    cfg : PSConfig
+    timeout : float, optional
+        Limit of the whole job in seconds (default ``2 * cfg.timeout + 60``).
+        Once a rank fails, the others get ``cfg.timeout + 5`` seconds to fail
+        cleanly; ranks still running at the limit are killed.
+    workdir : str, optional
+        Folder in which the job directory ``dlsched-ps-*`` is made (default: the
+        system's temporary folder).
+    on_start : callable, optional
+        ``on_start(procs)`` is called once all processes are started (tests use
+        it to kill one).
+    prefixes : list of list of str, optional
+        ``prefixes[rank]`` is prepended to a rank's command (the benchmark uses
+        ``ip netns exec NS``).
+    env : list of dict, optional
+        ``env[rank]`` replaces a rank's environment.
+    init_method : str, optional
+        The process group's rendezvous (default: a free TCP port on loopback).
+    keep : bool
+        Keep the job directory (config, each rank's stderr and result file) and
+        give its path as ``PSRun.workdir``, or ``workdir`` on the error. By
+        default it is deleted before returning or raising: it holds a copy of
+        every trained parameter.
+
+    Returns
+    -------
+    PSRun
 
     Raises
     ------
+    PSConfigError
+        Invalid arguments, or the job directory cannot be made.
     PSTrainingError
         Any rank failed; the message quotes each failed rank's error line.
+
+    Notes
+    -----
+    The ranks never outlive the launcher: each one ends within about a second
+    of the launcher's death, even by SIGKILL (:func:`watch_launcher`), and while
+    the job runs SIGTERM, SIGINT and SIGHUP first kill every rank, then end the
+    launcher with ``SystemExit(128 + signum)`` (SIGINT: ``KeyboardInterrupt``)
+    after removing the job directory. Only SIGKILL of the launcher leaves that
+    directory behind (nothing runs in a SIGKILLed process); the ranks are dead
+    by then, so it holds parameters only if the job had already finished.
     """
+    world = cfg.servers + cfg.workers
+    problems = []
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, numbers.Real)
+                                or not (math.isfinite(timeout) and timeout > 0)):
+        problems.append(f"timeout must be a finite number of seconds above 0, got {timeout!r}")
+    for what, per_rank in (("prefixes", prefixes), ("env", env)):
+        if per_rank is not None and len(per_rank) != world:
+            problems.append(f"{what} must have one entry per rank ({world}), got {len(per_rank)}")
+    _refuse(problems)
+    try:
+        tmp = tempfile.mkdtemp(prefix="dlsched-ps-", dir=workdir)
+    except OSError as e:
+        raise PSConfigError(f"{workdir or tempfile.gettempdir()}: cannot create the job directory there "
+                            f"({e.strerror or e})") from None
+    procs: list[subprocess.Popen] = []
+    # the handlers cover reading the results too, so a late SIGTERM still removes the directory
+    with _ranks_die_with_launcher(procs):
+        try:
+            run = _run_job(cfg, tmp, procs, timeout, on_start, prefixes, env, init_method)
+        except PSTrainingError as err:
+            err.workdir = tmp if keep else None
+            raise
+        finally:
+            if not keep:
+                shutil.rmtree(tmp, ignore_errors=True)
+    run.workdir = tmp if keep else None
+    return run
+
+
+def _run_job(cfg: PSConfig, tmp: str, procs: list, timeout, on_start, prefixes, env, init_method) -> PSRun:
+    """Start the ranks of :func:`launch_local` in ``tmp`` (appending them to ``procs``),
+    watch and reap them, and read their results."""
     import torch
     world = cfg.servers + cfg.workers
     deadline = time.monotonic() + (timeout or cfg.timeout * 2 + 60)
-    tmp = tempfile.mkdtemp(prefix="dlsched-ps-", dir=workdir)
     cfg_path = os.path.join(tmp, "config.json")
     Path(cfg_path).write_text(json.dumps(asdict(cfg)))
     init = init_method or f"tcp://127.0.0.1:{free_port()}"
-    procs = []
     try:
         for r in range(world):
-            cmd = (prefixes[r] if prefixes else []) + rank_command(cfg_path, r, init, os.path.join(tmp, f"rank{r}.pt"))
-            procs.append(subprocess.Popen(cmd, env=env[r] if env else rank_env(), stdout=subprocess.DEVNULL,
-                                          stderr=open(os.path.join(tmp, f"rank{r}.err"), "w"),
-                                          start_new_session=True))
+            cmd = (prefixes[r] if prefixes else []) + rank_command(
+                cfg_path, r, init, os.path.join(tmp, f"rank{r}.pt"), parent=os.getpid())
+            with open(os.path.join(tmp, f"rank{r}.err"), "w") as log:
+                # own session: a terminal's Ctrl-C reaches the launcher only, which then kills the group
+                procs.append(subprocess.Popen(cmd, env=env[r] if env else rank_env(), stdout=subprocess.DEVNULL,
+                                              stderr=log, start_new_session=True))
         if on_start:
             on_start(procs)
         failed_at = None
@@ -531,11 +959,12 @@ def launch_local(cfg: PSConfig, timeout: float | None = None, workdir: str | Non
             time.sleep(0.05)
     finally:
         for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+            p.poll()
+        _kill_ranks(procs)
+        for p in procs:
+            p.wait()
     codes = [p.returncode for p in procs]
-    errs = [Path(tmp, f"rank{r}.err").read_text() for r in range(world)]
+    errs = [Path(tmp, f"rank{r}.err").read_text(errors="replace") for r in range(world)]
     if any(codes):
         lines = []
         for r, (c, e) in enumerate(zip(codes, errs)):
@@ -561,7 +990,10 @@ def main(argv=None) -> int:
     ap.add_argument("--rank", type=int, required=True)
     ap.add_argument("--init", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--parent", type=int, help="pid of the launcher: this rank ends as soon as it does")
     a = ap.parse_args(argv)
+    if a.parent is not None:
+        watch_launcher(a.parent)  # first, so the rank never outlives a launcher killed during start-up
     try:
         import torch
         cfg = PSConfig(**json.loads(Path(a.config).read_text()))
