@@ -41,6 +41,8 @@ def inspect(save, as_json, **model_kw):
     t.add_row("longest path (ops)", f"{summary['longest_path']:,}")
     t.add_row("parameter servers", str(summary["parameter_servers"]))
     t.add_row("fingerprint", summary["fingerprint"])
+    if summary["capture"]:
+        t.add_row("captured with", summary["capture"])
     console.print(t)
     types = Table(title="compute ops by type", title_justify="left")
     types.add_column("op type")

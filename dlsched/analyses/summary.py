@@ -28,7 +28,9 @@ def summarize(graph: Graph) -> dict:
         Keys ``ops``, ``compute_ops``, ``recv_ops``, ``send_ops``,
         ``param_count``, ``param_bytes``, ``roots``, ``leaves``,
         ``longest_path``, ``op_types`` (compute op type → count, most common
-        first), ``parameter_servers``, ``mode``, ``name`` and ``fingerprint``.
+        first), ``parameter_servers``, ``mode``, ``name``, ``fingerprint`` and
+        ``capture`` (how a torch graph was captured, ``symbolic_trace`` or
+        ``make_fx``; ``None`` for other formats).
     """
     g = graph.nx
     types = Counter(op.op_type or "?" for op in graph.compute_ops())
@@ -42,4 +44,5 @@ def summarize(graph: Graph) -> dict:
         "op_types": dict(sorted(types.items(), key=lambda kv: (-kv[1], kv[0]))),
         "parameter_servers": graph.ps_count,
         "fingerprint": graph.fingerprint(),
+        "capture": graph.capture,
     }

@@ -1,22 +1,49 @@
-"""PyTorch importer: a model factory traced with torch.fx becomes the common DAG.
+"""PyTorch importer: a model factory captured with torch.fx becomes the common DAG.
 
 MODEL is a factory spec, ``path/to/file.py:fn`` or ``package.module:fn``, where
 ``fn()`` returns ``(module, example_inputs)`` (DESIGN §2, §7).
 
-- ``inference``: :func:`torch.fx.symbolic_trace` of the module in ``eval()``
-  mode, shapes from :class:`torch.fx.passes.shape_prop.ShapeProp`. Every
-  ``call_module`` / ``call_function`` / ``call_method`` node is a compute op
-  named by its fx node name, in fx graph order. Placeholders, ``get_attr``
-  nodes and the output node are not ops.
-- ``training``: :func:`torch.fx.experimental.proxy_tensor.make_fx` of one
-  functional training step (forward, loss, :func:`torch.autograd.grad`), the
-  aten-level joint graph with the framework's real backward. Its nodes are
-  compute ops; every gradient feeds one ``send`` op.
+Two captures, recorded in :attr:`dlsched.dag.Graph.capture`:
+
+- ``symbolic_trace``: :func:`torch.fx.symbolic_trace` of the module in
+  ``eval()`` mode, shapes from :class:`torch.fx.passes.shape_prop.ShapeProp`.
+  Every ``call_module`` / ``call_function`` / ``call_method`` node is a
+  compute op named by its fx node name, in fx graph order. Placeholders,
+  ``get_attr`` nodes and the output node are not ops; a parameter's recv
+  feeds every call of the module owning it.
+- ``make_fx``: :func:`torch.fx.experimental.proxy_tensor.make_fx` of a
+  functional call of the module (:func:`torch.func.functional_call`), the
+  aten-level graph. Parameters and buffers enter as placeholders; a parameter
+  placeholder is its recv, and ops that only view one parameter (``t``,
+  ``detach``…) merge into that recv (:func:`_fold_parameter_views`).
+
+Which capture each mode uses:
+
+- ``inference``: ``symbolic_trace`` first, then ``make_fx`` of the forward
+  pass in ``eval()`` mode under :func:`torch.no_grad`, with fake tensors.
+  Symbolic tracing goes first because on the models it handles (plain
+  ``nn.Module`` code: the examples, torchvision-style CNNs) it gives op names
+  a user recognises (``layer1_0_conv1``, one op per module call) and keeps
+  the fingerprints of DAGs, priority files and CI baselines made before
+  ``make_fx`` existed here. It fails on most third-party models (Hugging Face
+  BERT, GPT-2, Llama: ``co_varnames is too small``, proxies in control flow
+  on shapes or config), and ``make_fx`` captures those: it runs the real
+  Python code on fake tensors, so any control flow that depends on shapes
+  and configuration only is simply executed. ``make_fx`` also takes over
+  when the symbolic graph cannot run the example inputs. Only fake tensors
+  are tried: control flow on tensor *values* makes fake tracing fail, and a
+  graph specialised to one example's values (what real-tensor tracing would
+  give) is not the model, so the import is refused with both reasons.
+- ``training``: ``make_fx`` of one functional training step (forward, loss,
+  :func:`torch.autograd.grad`) in ``train()`` mode, the joint graph with the
+  framework's real backward (fake tensors, then real ones). Every gradient
+  feeds one ``send`` op.
 
 Parameters (``named_parameters()``, qualified names like
-``layer1.0.conv1.weight``) become ``recv`` ops; with ``buffers=True`` so do
-floating-point buffers (BatchNorm running statistics; the integer
-``num_batches_tracked`` is bookkeeping, not a transfer).
+``layer1.0.conv1.weight``; a tied weight once, under its first name) become
+``recv`` ops; with ``buffers=True`` so do floating-point buffers (BatchNorm
+running statistics; the integer ``num_batches_tracked`` is bookkeeping, not a
+transfer).
 
 :func:`trace_factory` is shared with :mod:`dlsched.profiling.torch_profiler`,
 so the importer and the profiler always agree on op names.
@@ -46,6 +73,7 @@ from dlsched.dag import COMPUTE, RECV, Graph, add_gradient_sends
 from dlsched.errors import ImportFailure
 
 MODES = ("inference", "training")
+CAPTURES = ("symbolic_trace", "make_fx")
 _SPEC = re.compile(r"^(?P<target>.+?):(?P<fn>[A-Za-z_][A-Za-z0-9_]*)$")
 # Module attributes a FLOP / memory cost model needs, by module class.
 _MODULE_ATTRS = (
@@ -62,8 +90,8 @@ class TracedModel:
     Attributes
     ----------
     gm : torch.fx.GraphModule
-        The traced module (``symbolic_trace`` graph, or the ``make_fx`` joint
-        training graph whose placeholders are parameters, buffers, inputs).
+        The traced module (``symbolic_trace`` graph, or a ``make_fx`` graph
+        whose placeholders are parameters, buffers, inputs).
     args : tuple
         The real example arguments ``gm`` runs on.
     op_names : dict
@@ -82,6 +110,8 @@ class TracedModel:
         training: the DAG name of the op computing the loss.
     grad_nodes : dict
         training: parameter name → DAG name of the op producing its gradient.
+    capture : {"symbolic_trace", "make_fx"}
+        How ``gm`` was captured (see the module docstring).
     """
 
     gm: Any
@@ -95,6 +125,7 @@ class TracedModel:
     buffers: list = field(default_factory=list)
     loss_node: str | None = None
     grad_nodes: dict = field(default_factory=dict)
+    capture: str = "symbolic_trace"
 
 
 # -- loading the factory ------------------------------------------------------
@@ -214,7 +245,7 @@ def _float_buffers(module) -> list:
 
 
 def trace_factory(spec: str, mode: str = "inference", batch: int | None = None, buffers: bool = False,
-                  shapes: bool = True) -> TracedModel:
+                  shapes: bool = True, capture: str | None = None) -> TracedModel:
     """Trace the factory ``spec`` and name its nodes as the DAG does.
 
     Parameters
@@ -222,17 +253,23 @@ def trace_factory(spec: str, mode: str = "inference", batch: int | None = None, 
     spec : str
         ``path/to/file.py:fn`` or ``package.module:fn``.
     mode : {"inference", "training"}
-        ``inference``: ``symbolic_trace`` of the module in ``eval()`` mode.
-        ``training``: ``make_fx`` (fake tensors) of a functional training step
-        with the module in ``train()`` mode (BatchNorm uses batch statistics and
-        updates its running statistics, dropout is active), as a real step runs.
+        ``inference``: the forward pass in ``eval()`` mode, ``symbolic_trace``
+        first, ``make_fx`` where that fails (see the module docstring).
+        ``training``: ``make_fx`` of a functional training step with the module
+        in ``train()`` mode (BatchNorm uses batch statistics and updates its
+        running statistics, dropout is active), as a real step runs.
     batch : int, optional
         See :func:`call_factory`.
     buffers : bool
         Floating-point buffers are transfers too (their placeholders /
         ``get_attr`` nodes map to recv names).
     shapes : bool
-        inference only: run ``ShapeProp`` to record shapes (the profiler skips it).
+        ``symbolic_trace`` only: run ``ShapeProp`` to record shapes (the
+        profiler skips it; ``make_fx`` records shapes while tracing).
+    capture : {"symbolic_trace", "make_fx"}, optional
+        Use this capture only, e.g. the one recorded in a DAG
+        (:attr:`dlsched.dag.Graph.capture`), so the profiler times the graph
+        the importer built. Training always uses ``make_fx``.
 
     Returns
     -------
@@ -244,13 +281,17 @@ def trace_factory(spec: str, mode: str = "inference", batch: int | None = None, 
     """
     if mode not in MODES:
         raise ImportFailure(f"{spec}: unknown mode {mode!r}; expected inference or training")
+    if capture is not None and capture not in CAPTURES:
+        raise ImportFailure(f"{spec}: unknown capture {capture!r}; expected {' or '.join(CAPTURES)}")
+    if mode == "training" and capture == "symbolic_trace":
+        raise ImportFailure(f"{spec}: a training graph is captured with make_fx (symbolic_trace has no backward)")
     module, inputs, fn_name = call_factory(spec, batch)
     params = list(module.named_parameters())
     bufs = _float_buffers(module) if buffers else []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if mode == "inference":
-            return _trace_inference(spec, module, inputs, fn_name, batch, params, bufs, shapes)
+            return _trace_inference(spec, module, inputs, fn_name, batch, params, bufs, shapes, capture)
         return _trace_training(spec, module, inputs, fn_name, batch, params, bufs)
 
 
@@ -263,16 +304,38 @@ def _unique_name(name: str, taken: set) -> str:
     return out
 
 
-def _trace_inference(spec, module, inputs, fn_name, batch, params, bufs, shapes) -> TracedModel:
+class _CaptureFailed(Exception):
+    """One capture could not produce a graph; the message says why (for the user)."""
+
+
+def _trace_inference(spec, module, inputs, fn_name, batch, params, bufs, shapes, capture) -> TracedModel:
+    module.eval()
+    symbolic_failure = None
+    if capture in (None, "symbolic_trace"):
+        try:
+            return _symbolic_inference(module, inputs, fn_name, batch, params, bufs, shapes)
+        except _CaptureFailed as e:
+            if capture == "symbolic_trace":
+                raise ImportFailure(f"{spec}: {e}") from None
+            symbolic_failure = str(e)
+    try:
+        return _aten_inference(module, inputs, fn_name, batch, params, bufs)
+    except _CaptureFailed as e:
+        if symbolic_failure is None:
+            raise ImportFailure(f"{spec}: {e}") from None
+        raise ImportFailure(f"{spec}: {symbolic_failure}, and {e}. Symbolic tracing needs forward() "
+                            "free of control flow on its inputs; make_fx runs forward() on fake tensors, so only "
+                            "control flow on tensor values stops it") from None
+
+
+def _symbolic_inference(module, inputs, fn_name, batch, params, bufs, shapes) -> TracedModel:
     import torch
     from torch.fx.passes.shape_prop import ShapeProp
 
-    module.eval()
     try:
         gm = torch.fx.symbolic_trace(module)
     except Exception as e:
-        raise ImportFailure(f"{spec}: torch.fx could not trace the module ({type(e).__name__}: {e}); "
-                            "symbolic tracing needs forward() free of data-dependent control flow") from None
+        raise _CaptureFailed(f"torch.fx could not trace the module ({type(e).__name__}: {e})") from None
     if shapes:
         try:
             # ShapeProp prints a traceback itself before re-raising; keep it off the user's terminal.
@@ -280,8 +343,8 @@ def _trace_inference(spec, module, inputs, fn_name, batch, params, bufs, shapes)
                 ShapeProp(gm).propagate(*inputs)
         except Exception as e:
             cause = e.__cause__ or e
-            raise ImportFailure(f"{spec}: running the traced module on the example inputs failed "
-                                f"({type(cause).__name__}: {cause})") from None
+            raise _CaptureFailed(f"running the symbolically traced module on the example inputs failed "
+                                 f"({type(cause).__name__}: {cause})") from None
     transfer_names = {n for n, _ in params} | {n for n, _ in bufs}
     op_names: dict[str, str] = {}
     for node in gm.graph.nodes:
@@ -294,7 +357,85 @@ def _trace_inference(spec, module, inputs, fn_name, batch, params, bufs, shapes)
             taken.add(name)
             op_names[node.name] = name
     return TracedModel(gm=gm, args=inputs, op_names=op_names, module=module, name=fn_name, mode="inference",
-                       batch=batch, params=params, buffers=bufs)
+                       batch=batch, params=params, buffers=bufs, capture="symbolic_trace")
+
+
+def _tensor_outputs(out) -> list:
+    """The tensors among a forward pass's outputs (tuples, dicts, ``ModelOutput``s…).
+
+    Other leaves (a Hugging Face ``DynamicCache``, ints) are dropped: make_fx
+    can only return tensors, and the ops feeding them are kept anyway.
+    """
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    leaves = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+    if not leaves:
+        raise TypeError(f"the module returns no tensor (got {type(out).__name__})")
+    return leaves
+
+
+def _functional_args(params, all_bufs, inputs, grad: bool) -> tuple:
+    """Placeholders of a functional call: parameters, every buffer, then the inputs."""
+    return tuple([t.detach().requires_grad_(grad and t.is_floating_point()) for _, t in params]
+                 + [t.detach().clone() for _, t in all_bufs] + list(inputs))
+
+
+def _make_fx(fn, args, tracing_modes, what: str):
+    """``make_fx(fn)(*args)`` with the first tracing mode that works, else :class:`_CaptureFailed`."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    err = None
+    for tracing_mode in tracing_modes:
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):
+                return make_fx(fn, tracing_mode=tracing_mode)(*args)
+        except Exception as e:
+            err = e
+    # torch's own message runs to several paragraphs of debugging hints; its first line says what failed.
+    first = (str(err).strip().splitlines() or [""])[0].strip()
+    raise _CaptureFailed(f"make_fx could not trace {what} ({type(err).__name__}: {first})")
+
+
+def _aten_op_names(gm, pnames: list, bnames: list, transfer_bufs: set) -> dict:
+    """fx node name → DAG name for a make_fx graph: parameter (and transfer-buffer) placeholders
+    are named after them, compute nodes after the fx node."""
+    n_p, n_b = len(pnames), len(bnames)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    op_names: dict[str, str] = {}
+    for i, node in enumerate(placeholders):
+        if i < n_p:
+            op_names[node.name] = pnames[i]
+        elif i < n_p + n_b and bnames[i - n_p] in transfer_bufs:
+            op_names[node.name] = bnames[i - n_p]
+    taken = set(pnames) | transfer_bufs
+    for node in gm.graph.nodes:
+        if node.op in ("call_module", "call_function", "call_method"):
+            name = _unique_name(node.name, taken)
+            taken.add(name)
+            op_names[node.name] = name
+    return op_names
+
+
+def _aten_inference(module, inputs, fn_name, batch, params, bufs) -> TracedModel:
+    import torch
+
+    all_bufs = list(module.named_buffers())
+    pnames = [n for n, _ in params]
+    bnames = [n for n, _ in all_bufs]
+    n_state = len(pnames) + len(bnames)
+
+    def forward(*flat):
+        state = dict(zip(pnames + bnames, flat[:n_state]))
+        return _tensor_outputs(torch.func.functional_call(module, state, tuple(flat[n_state:])))
+
+    args = _functional_args(params, all_bufs, inputs, grad=False)
+    # no_grad: the graph a served model runs, without the detach ops autograd would record.
+    with torch.no_grad():
+        gm = _make_fx(forward, args, ("fake",), "the forward pass")
+    op_names = _aten_op_names(gm, pnames, bnames, {n for n, _ in bufs})
+    return TracedModel(gm=gm, args=args, op_names=op_names, module=module, name=fn_name, mode="inference",
+                       batch=batch, params=params, buffers=bufs, capture="make_fx")
 
 
 def _training_loss(out):
@@ -317,7 +458,6 @@ def _training_loss(out):
 
 def _trace_training(spec, module, inputs, fn_name, batch, params, bufs) -> TracedModel:
     import torch
-    from torch.fx.experimental.proxy_tensor import make_fx
 
     module.train()
     all_bufs = list(module.named_buffers())
@@ -335,34 +475,13 @@ def _trace_training(spec, module, inputs, fn_name, batch, params, bufs) -> Trace
         grads = [g if g is not None else torch.zeros_like(v) for g, v in zip(grads, p.values())]
         return (loss, *grads)
 
-    args = tuple([t.detach().requires_grad_(t.is_floating_point()) for _, t in params]
-                 + [t.detach().clone() for _, t in all_bufs] + list(inputs))
-    gm, err = None, None
+    args = _functional_args(params, all_bufs, inputs, grad=True)
     # Fake tensors trace without computing (ResNet-50 in seconds); real tensors are the fallback.
-    for tracing_mode in ("fake", "real"):
-        try:
-            with contextlib.redirect_stderr(io.StringIO()):
-                gm = make_fx(train_step, tracing_mode=tracing_mode)(*args)
-            break
-        except Exception as e:
-            err = e
-    if gm is None:
-        raise ImportFailure(f"{spec}: make_fx could not trace a training step of the module "
-                            f"({type(err).__name__}: {err})") from None
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    transfer_bufs = {n for n, _ in bufs}
-    op_names: dict[str, str] = {}
-    for i, node in enumerate(placeholders):
-        if i < n_p:
-            op_names[node.name] = pnames[i]
-        elif i < n_p + n_b and bnames[i - n_p] in transfer_bufs:
-            op_names[node.name] = bnames[i - n_p]
-    taken = set(pnames) | transfer_bufs
-    for node in gm.graph.nodes:
-        if node.op in ("call_module", "call_function", "call_method"):
-            name = _unique_name(node.name, taken)
-            taken.add(name)
-            op_names[node.name] = name
+    try:
+        gm = _make_fx(train_step, args, ("fake", "real"), "a training step of the module")
+    except _CaptureFailed as e:
+        raise ImportFailure(f"{spec}: {e}") from None
+    op_names = _aten_op_names(gm, pnames, bnames, {n for n, _ in bufs})
     output = next(n for n in gm.graph.nodes if n.op == "output")
     outs = output.args[0]
     loss_node = op_names.get(outs[0].name)
@@ -373,7 +492,8 @@ def _trace_training(spec, module, inputs, fn_name, batch, params, bufs) -> Trace
         grad_nodes[pname] = op_names[g.name]
     real_args = tuple(a.detach() for a in args)
     return TracedModel(gm=gm, args=real_args, op_names=op_names, module=module, name=fn_name, mode="training",
-                       batch=batch, params=params, buffers=bufs, loss_node=loss_node, grad_nodes=grad_nodes)
+                       batch=batch, params=params, buffers=bufs, loss_node=loss_node, grad_nodes=grad_nodes,
+                       capture="make_fx")
 
 
 # -- building the DAG -------------------------------------------------------------
@@ -468,7 +588,9 @@ def _transfer_fields(t) -> dict:
 def build_graph(traced: TracedModel, spec: str) -> Graph:
     """Turn a :class:`TracedModel` into the common DAG (see the module docstring)."""
     gm = traced.gm
-    graph = Graph(traced.name, traced.mode, {"format": "torch", "spec": spec, "batch": traced.batch})
+    graph = Graph(traced.name, traced.mode, {"format": "torch", "spec": spec, "batch": traced.batch},
+                  capture=traced.capture)
+    aten = traced.capture == "make_fx"
     n_p = len(traced.params)
     n_transfers = n_p + len(traced.buffers)
     for i, (name, t) in enumerate(traced.params):
@@ -504,10 +626,12 @@ def build_graph(traced: TracedModel, spec: str) -> Graph:
             src = names.get(arg.name)
             if src is not None and src in graph:
                 graph.add_edge(src, dst)
-    if traced.mode == "inference":
+    if not aten:
         _owner_edges(graph, traced, [n for n, _ in traced.params])
     else:
-        add_gradient_sends(graph, traced.grad_nodes)
+        # Parameter placeholders fed their readers above; views of one parameter now merge into its recv.
+        if traced.mode == "training":
+            add_gradient_sends(graph, traced.grad_nodes)
         _fold_parameter_views(graph)
     # Buffers come after the sends are made (they carry no gradient), with indices after the parameters.
     for j, (name, t) in enumerate(traced.buffers):
@@ -516,12 +640,12 @@ def build_graph(traced: TracedModel, spec: str) -> Graph:
         src = names.get(node.name)
         if src is None or node.op not in ("placeholder", "get_attr") or src in graph and graph.op(src).kind != RECV:
             continue
-        if traced.mode == "training" and src not in {n for n, _ in traced.buffers}:
+        if aten and src not in {n for n, _ in traced.buffers}:
             continue
         for user in node.users:
             if user.name in names and names[user.name] in graph:
                 graph.add_edge(src, names[user.name])
-    if traced.mode == "inference":
+    if not aten:
         _owner_edges(graph, traced, [n for n, _ in traced.buffers])
     graph.renumber()
     return graph
@@ -577,7 +701,7 @@ def _owner_edges(graph: Graph, traced: TracedModel, transfer_names: list) -> Non
 
 
 def import_factory(spec: str, mode: str = "inference", batch: int | None = None,
-                   buffers: bool = False) -> Graph:
+                   buffers: bool = False, capture: str | None = None) -> Graph:
     """Import a PyTorch model factory into the common DAG (DESIGN §2).
 
     Parameters
@@ -586,14 +710,17 @@ def import_factory(spec: str, mode: str = "inference", batch: int | None = None,
         ``path/to/file.py:fn`` (loaded with :mod:`importlib` from the file) or
         ``package.module:fn``; ``fn()`` returns ``(module, example_inputs)``.
     mode : {"inference", "training"}
-        ``inference`` traces ``module.eval()`` with ``torch.fx.symbolic_trace``.
+        ``inference`` traces ``module.eval()`` with ``torch.fx.symbolic_trace``,
+        or, where that fails, captures its forward pass with ``make_fx`` under
+        ``torch.no_grad()`` (the capture used is ``graph.capture``).
         ``training`` traces one functional training step with ``make_fx`` in
         ``train()`` mode: ``functional_call`` of the module, a loss (cross-entropy
         against class 0 when the output is 2-D logits, else
         ``out.float().pow(2).mean()`` summed over the float outputs, so every
         output contributes to the gradients), and ``torch.autograd.grad`` with
         respect to every parameter. Ops recorded before the loss are
-        ``phase="forward"``, the rest ``"backward"``. Every aten node is kept.
+        ``phase="forward"``, the rest ``"backward"``. Every aten node is
+        kept, except views of a single parameter, which merge into its recv.
     batch : int, optional
         If the factory accepts a ``batch`` keyword it is called with it;
         otherwise dim 0 of every example tensor is resized to ``batch``
@@ -601,12 +728,16 @@ def import_factory(spec: str, mode: str = "inference", batch: int | None = None,
     buffers : bool
         Also make floating-point buffers (BatchNorm running mean/var) recv ops,
         after the parameters. Buffers have no gradient, so no send.
+    capture : {"symbolic_trace", "make_fx"}, optional
+        Force one capture (see :func:`trace_factory`); default: the first of
+        the mode's captures that works.
 
     Returns
     -------
     Graph
         recv ops first (declaration order), compute ops in fx order, then sends
-        (``<param>/grad``); ``source = {"format": "torch", "spec", "batch"}``.
+        (``<param>/grad``); ``source = {"format": "torch", "spec", "batch"}``;
+        ``capture`` is ``"symbolic_trace"`` or ``"make_fx"``.
 
     Raises
     ------
@@ -620,7 +751,7 @@ def import_factory(spec: str, mode: str = "inference", batch: int | None = None,
     >>> g.param_count                                                      # doctest: +SKIP
     25557032
     """
-    traced = trace_factory(spec, mode=mode, batch=batch, buffers=buffers)
+    traced = trace_factory(spec, mode=mode, batch=batch, buffers=buffers, capture=capture)
     graph = build_graph(traced, spec)
     graph.validate()
     return graph

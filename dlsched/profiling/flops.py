@@ -15,6 +15,13 @@ Conventions
 - Shape-only ops (reshape, view, squeeze…) cost nothing and move nothing.
 - Backward ops cost what their forward counterpart costs, times two for
   convolutions and matrix products (gradients w.r.t. input and weight).
+- Attention (``scaled_dot_product_attention`` and its aten kernels), with
+  queries ``[…, L, E]``, keys ``[…, S, E]``, values ``[…, S, Ev]`` and
+  ``BH`` batch × heads: forward ``2·BH·L·S·(E + Ev)`` for ``QKᵀ`` and ``PV``
+  plus 4 per score (scale, softmax); backward ``2·BH·L·S·(3E + 2Ev)`` (``QKᵀ``
+  recomputed, then ``dV``, ``dP``, ``dQ``, ``dK``) plus 5 per score (scale,
+  ``exp`` against the saved log-sum-exp, ``dS = P·(dP − D)``). Every score is
+  counted, causal or not: a roofline estimate, not a kernel's skipping.
 - An op type missing from the table is *not costable*: :func:`op_cost`
   returns ``None`` and the caller must report it, never treat it as free.
 """
@@ -41,7 +48,7 @@ FREE = {
     "flatten_using_ints", "sym_size", "numel", "dim", "contiguous", "lift_fresh_copy", "_reshape_alias",
     "dropout_", "chunk", "split", "split_with_sizes", "unbind", "select", "slice", "narrow", "as_strided",
     "range", "arange", "zeros", "ones", "zeros_like", "ones_like", "empty", "empty_like", "full", "new_zeros",
-    "new_empty", "scalar_tensor", "shapen", "pack_shape", "stridedslice",
+    "new_empty", "scalar_tensor", "shapen", "pack_shape", "stridedslice", "full_like", "new_ones", "new_full",
     "split_tensor", "tensor_split", "unflatten", "permute", "transpose", "expand_dims", "expanddims",
 }
 # Ops that copy data: bytes moved, no FLOPs.
@@ -51,6 +58,7 @@ COPY = {
     "select_scatter", "embedding_dense_backward", "scatter", "index_put", "resourcegather", "split_copy",
     "zeros_like_copy", "masked_fill", "where", "select_backward", "slice_backward", "conjugatetranspose",
     "concatv2", "slicev", "identityn", "mirrorpad", "fill", "cast_like",
+    "index", "gatherelements", "gather_elements", "index_put_", "masked_fill_",
 }
 # FLOPs per output element.
 ELEMENTWISE = {
@@ -66,6 +74,11 @@ ELEMENTWISE = {
     "hardsigmoid": 3, "mish": 8, "fill_": 0, "scalarmul": 1, "addn": 1, "sum_inputs": 1, "sum": 1,
     "accumulate": 1, "bitwise_and": 1, "logical_not": 1, "isnan": 1, "isinf": 1, "nan_to_num": 1,
     "native_dropout": 2, "native_dropout_backward": 1, "relugradgrad": 1, "biasaddgrad": 1,
+    "div_": 1, "sub_": 1, "sin": 1, "cos": 1,
+    # A mask: one index compare (and select) per element.
+    "tril": 1, "triu": 1,
+    # Dropout's mask, decomposed: one random draw and one compare per element.
+    "bernoulli": 2, "bernoulli_": 2,
 }
 # Normalisations and reductions: FLOPs per *input* element.
 REDUCTION = {
@@ -74,6 +87,7 @@ REDUCTION = {
     "batch_norm": 2, "native_batch_norm_backward": 6, "fusedbatchnormgradv3": 6, "fusedbatchnormgrad": 6,
     "layernorm": 5, "layernormalization": 5, "native_layer_norm": 5, "layer_norm": 5,
     "native_layer_norm_backward": 10, "groupnorm": 5, "instancenormalization": 5, "softmax": 3, "_softmax": 3,
+    "_safe_softmax": 4,  # softmax, and rows masked entirely set to zero
     "log_softmax": 3, "_log_softmax": 3, "logsoftmax": 3, "_softmax_backward_data": 3,
     "_log_softmax_backward_data": 3, "softmax_backward": 3, "mean": 1, "reducemean": 1, "reducesum": 1,
     "sum_dim": 1, "amax": 1, "argmax": 1, "reducemax": 1, "var": 3, "var_mean": 3, "std": 3, "norm": 2,
@@ -90,7 +104,15 @@ CONV = {"conv", "conv1d", "conv2d", "conv3d", "convolution", "_convolution", "co
         "depthwiseconv2dnative", "conv2dbackpropinput", "conv2dbackpropfilter", "convolution_backward",
         "depthwiseconv2dnativebackpropinput", "depthwiseconv2dnativebackpropfilter", "cudnn_convolution"}
 MATMUL = {"gemm", "matmul", "mm", "addmm", "bmm", "baddbmm", "linear", "batchmatmul", "batchmatmulv2",
-          "batchmatmulv3", "einsum", "matmul_", "dot", "addmv", "mv", "scaled_dot_product_attention"}
+          "batchmatmulv3", "einsum", "matmul_", "dot", "addmv", "mv"}
+# Fused attention: q, k, v are the first three inputs (forward) or give their shapes to the
+# first three outputs, the gradients (backward).
+ATTENTION = {"scaled_dot_product_attention", "_scaled_dot_product_attention_math",
+             "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
+             "_scaled_dot_product_efficient_attention"}
+ATTENTION_BACKWARD = {"_scaled_dot_product_flash_attention_for_cpu_backward",
+                      "_scaled_dot_product_flash_attention_backward",
+                      "_scaled_dot_product_efficient_attention_backward"}
 # Backward ops of convolutions / products that compute both input and weight gradients.
 DOUBLE = {"convolution_backward"}
 
@@ -188,6 +210,27 @@ def _matmul_macs(graph: Graph, op: Op, norm: str) -> float | None:
     return out * k if k else None
 
 
+def _attention_flops(op: Op, norm: str) -> float | None:
+    """FLOPs of fused attention (see the module docstring), or ``None`` without q/k/v shapes."""
+    if norm in ATTENTION_BACKWARD:
+        qkv = [s for s in (op.output_shapes or [])[:3] if s]
+    else:
+        qkv = [s for s in (op.input_shapes or [])[:3] if s]
+        # An fx node lists each input node once: self-attention on one tensor has fewer shapes.
+        while qkv and len(qkv) < 3:
+            qkv.append(qkv[-1])
+    if len(qkv) < 3 or any(len(s) < 2 for s in qkv):
+        return None
+    q, k, v = qkv
+    length, e, keys, ev = q[-2], q[-1], k[-2], v[-1]
+    if not (length and e and keys and ev):
+        return None
+    scores = _numel(q) // (length * e) * length * keys  # BH·L·S
+    if norm in ATTENTION_BACKWARD:
+        return 2 * scores * (3 * e + 2 * ev) + 5 * scores
+    return 2 * scores * (e + ev) + 4 * scores
+
+
 def op_cost(graph: Graph, op: Op) -> Cost | None:
     """FLOPs and bytes moved by a compute op, or ``None`` if its type is unknown.
 
@@ -222,6 +265,9 @@ def op_cost(graph: Graph, op: Op) -> Cost | None:
     if norm in MATMUL:
         macs = _matmul_macs(graph, op, norm)
         return None if macs is None else Cost(2 * macs, moved)
+    if norm in ATTENTION or norm in ATTENTION_BACKWARD:
+        flops = _attention_flops(op, norm)
+        return None if flops is None else Cost(flops, moved)
     if norm in ELEMENTWISE:
         return Cost(ELEMENTWISE[norm] * _out_elems(op), moved)
     if norm in REDUCTION:

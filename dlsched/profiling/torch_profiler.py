@@ -6,8 +6,10 @@ profiled names are the DAG's compute-op names. :class:`TimingInterpreter`
 (built like torch.fx's ``passes/shape_prop.py``) runs the traced graph node by
 node and times every compute node: after ``warmup`` whole-graph runs, the graph
 runs ``runs`` more times and each op keeps its minimum (``Time(op)``, TicTac
-§3.1) and median. Inference runs under ``torch.no_grad()``; training runs the
-``make_fx`` joint graph, which already holds the backward ops (also under
+§3.1) and median. Inference runs under ``torch.no_grad()``: the symbolic-trace
+graph, or the aten-level ``make_fx`` forward graph of a model symbolic tracing
+cannot handle (the capture recorded in the DAG is used again). Training runs
+the ``make_fx`` joint graph, which already holds the backward ops (also under
 ``no_grad``: autograd must not record the explicit backward a second time).
 
 On CPU a node is timed with :func:`time.perf_counter` around its (synchronous)
@@ -186,7 +188,9 @@ def profile_torch(spec: str, graph: Graph, device: str = "cpu", runs: int = 5, w
         raise DlschedError(f"--warmup must be 0 or more, got {warmup}")
     check_device(device)
     batch = (graph.source or {}).get("batch")
-    traced = trace_factory(spec, mode=graph.mode, batch=batch, buffers=False, shapes=False)
+    # The capture the importer used (symbolic_trace or make_fx), so the timed nodes are the DAG's ops.
+    traced = trace_factory(spec, mode=graph.mode, batch=batch, buffers=False, shapes=False,
+                           capture=graph.capture)
     compute = graph.compute_ops()
     by_op = {op: node for node, op in traced.op_names.items()}
     fx_kind = {n.name: n.op for n in traced.gm.graph.nodes}

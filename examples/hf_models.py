@@ -1,0 +1,86 @@
+"""Hugging Face ``transformers`` models as dlsched factories (third-party code, not written for dlsched).
+
+Each factory builds its model from a config with random weights (a fixed
+seed) and returns ``(module, (input_ids,))``, the contract of dlsched's MODEL
+argument ``examples/hf_models.py:bert``. Nothing is downloaded: no weights, no
+tokenizer (the token ids come from :func:`torch.randint`), and the hub is
+switched off for the process.
+
+The configs are small (2 layers, hidden size 64, a 1,000-token vocabulary) so
+that the test corpus runs in seconds on two CPU cores; the architectures are
+the stock ones, so the captured graphs have the ops of the full-size models:
+
+- ``bert``: ``BertForSequenceClassification`` (2-class logits)
+- ``gpt2``: ``GPT2LMHeadModel`` (its LM head is tied to the token embedding)
+- ``llama``: ``LlamaForCausalLM`` (grouped-query attention, RoPE, SwiGLU)
+
+Symbolic torch.fx tracing fails on all three, so dlsched captures them at the
+aten level with ``make_fx`` in both modes (see
+:mod:`dlsched.importers.torch_importer`).
+
+Example
+-------
+>>> module, (ids,) = bert(batch=2)      # doctest: +SKIP
+>>> tuple(ids.shape)                    # doctest: +SKIP
+(2, 16)
+"""
+from __future__ import annotations
+
+import os
+
+# Set before transformers is imported: it reads them once.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import torch  # noqa: E402
+
+VOCAB = 1000
+SEQ_LEN = 16
+# One small shape shared by the three models.
+_SIZE = dict(layers=2, hidden=64, heads=4, ffn=256, positions=64)
+
+
+def _token_ids(batch: int, seq_len: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(1)
+    return torch.randint(0, VOCAB, (batch, seq_len), generator=g)
+
+
+def bert(batch: int = 2, seq_len: int = SEQ_LEN):
+    """``BertForSequenceClassification``, 2 layers of hidden size 64, on ``batch × seq_len`` token ids."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    s = _SIZE
+    config = BertConfig(vocab_size=VOCAB, hidden_size=s["hidden"], num_hidden_layers=s["layers"],
+                        num_attention_heads=s["heads"], intermediate_size=s["ffn"],
+                        max_position_embeddings=s["positions"], num_labels=2)
+    torch.manual_seed(0)
+    return BertForSequenceClassification(config), (_token_ids(batch, seq_len),)
+
+
+def gpt2(batch: int = 2, seq_len: int = SEQ_LEN):
+    """``GPT2LMHeadModel``, 2 layers of width 64, on ``batch × seq_len`` token ids."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    s = _SIZE
+    # bos/eos default to GPT-2's 50256, outside this vocabulary.
+    config = GPT2Config(vocab_size=VOCAB, n_embd=s["hidden"], n_layer=s["layers"], n_head=s["heads"],
+                        n_inner=s["ffn"], n_positions=s["positions"], bos_token_id=VOCAB - 1,
+                        eos_token_id=VOCAB - 1)
+    torch.manual_seed(0)
+    return GPT2LMHeadModel(config), (_token_ids(batch, seq_len),)
+
+
+def llama(batch: int = 2, seq_len: int = SEQ_LEN):
+    """``LlamaForCausalLM``, 2 layers of hidden size 64, 4 query heads sharing 2 key/value heads."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    s = _SIZE
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=s["hidden"], intermediate_size=s["ffn"],
+                         num_hidden_layers=s["layers"], num_attention_heads=s["heads"], num_key_value_heads=2,
+                         max_position_embeddings=s["positions"], bos_token_id=1, eos_token_id=2,
+                         pad_token_id=0)
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config), (_token_ids(batch, seq_len),)
+
+
+FACTORIES = {"bert": bert, "gpt2": gpt2, "llama": llama}
