@@ -1,11 +1,14 @@
-"""Options and helpers shared by the commands: model loading, JSON output, tables."""
+"""Shared by the commands: numeric option types, --max-work, progress bars, model loading, JSON, tables."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
 import sys
-from typing import Any
+import time
+from decimal import Decimal, InvalidOperation
+from typing import Any, Callable, Iterator
 
 import click
 from rich.console import Console
@@ -14,13 +17,229 @@ console = Console(stderr=False, highlight=False)
 err_console = Console(stderr=True, highlight=False)
 
 
+# -- numeric option types ------------------------------------------------------
+# Values that mean nothing (zero workers, a negative bandwidth, NaN, inf, a
+# margin of 150%) are refused where click parses them: exit 2, naming the option,
+# before any model is loaded. One type per kind of value, shared by every command.
+
+#: Counts of things that must exist: workers, iterations, runs, batch sizes, servers.
+POSITIVE_INT = click.IntRange(min=1)
+#: Counts that may be zero: warm-up runs.
+NONNEG_INT = click.IntRange(min=0)
+#: Seeds: numpy's generators refuse negative seeds.
+SEED = click.IntRange(min=0)
+
+
+class FiniteFloat(click.FloatRange):
+    """:class:`click.FloatRange` that also refuses NaN and ±inf (no dlsched option means anything by them)."""
+
+    name = "number"
+
+    def convert(self, value, param, ctx):
+        rv = super().convert(value, param, ctx)  # NaN slips through range checks: every comparison is False
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return rv
+
+
+#: Non-negative finite reals: ratios, jitter, seconds of a time limit.
+NONNEG_FLOAT = FiniteFloat(min=0)
+#: Positive finite reals: a speedup, a speed factor.
+POSITIVE_FLOAT = FiniteFloat(min=0, min_open=True)
+
+
+def parse_quantity(kind: str, text, what: str | None = None, positive: bool = True):
+    """Parse a number with a unit and check it means something; raise :class:`~dlsched.errors.DlschedError`.
+
+    Parameters
+    ----------
+    kind : {"bytes", "bandwidth", "duration", "fraction"}
+        Parsed by :mod:`dlsched.units` (``16GiB``, ``10Gbps``, ``50us``, ``10%``).
+    text : str or number
+    what : str, optional
+        The option or field the message starts with (``"--memory"``, ``"worker gpu0: memory"``).
+    positive : bool
+        Refuse zero as well as negative values (a fraction is then in ``[0, 1)`` instead).
+
+    Returns
+    -------
+    int or float
+        Bytes (int), bytes per second, seconds, or a fraction.
+    """
+    from dlsched import units
+    from dlsched.errors import DlschedError
+
+    parse = {"bytes": units.parse_bytes, "bandwidth": units.parse_bandwidth, "duration": units.parse_duration,
+             "fraction": units.parse_fraction}[kind]
+    where = f"{what}: " if what else ""
+    try:
+        value = parse(str(text))
+    except DlschedError as e:
+        raise DlschedError(f"{where}{e}") from None
+    if kind == "fraction":
+        if not 0 <= value < 1:  # a margin of 100% leaves nothing to use
+            raise DlschedError(f"{where}a fraction in [0, 1) is needed (e.g. 0.1 or 10%), got {text!r}")
+    elif positive and not value > 0:
+        raise DlschedError(f"{where}must be positive, got {text!r}")
+    return value
+
+
+class Quantity(click.ParamType):
+    """A click type for :func:`parse_quantity`: ``--memory 16GiB`` arrives as ``17179869184``."""
+
+    def __init__(self, kind: str, positive: bool = True):
+        self.kind, self.positive = kind, positive
+        self.name = {"bytes": "size", "bandwidth": "rate", "duration": "time", "fraction": "fraction"}[kind]
+
+    def convert(self, value, param, ctx):
+        from dlsched.errors import DlschedError
+
+        if isinstance(value, (int, float)) and not isinstance(value, bool):  # a default already parsed
+            return value
+        try:
+            return parse_quantity(self.kind, value, positive=self.positive)
+        except DlschedError as e:
+            self.fail(str(e), param, ctx)
+
+
+#: Memory sizes and parameter bytes (``16GiB``; zero means nothing).
+BYTES = Quantity("bytes")
+#: Link rates (``10Gbps``, ``500MiB/s``).
+BANDWIDTH = Quantity("bandwidth")
+#: Durations that may be zero (latency, a default op time).
+DURATION = Quantity("duration", positive=False)
+#: Durations that must be positive (a round of computation).
+POSITIVE_DURATION = Quantity("duration")
+#: A headroom fraction in [0, 1): ``0.1`` or ``10%``.
+FRACTION = Quantity("fraction")
+
+
+class WorkCount(click.ParamType):
+    """A positive whole count that may be written ``20000000``, ``2e7`` or ``20_000_000``."""
+
+    name = "count"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) and not isinstance(value, bool):
+            n = value
+        else:
+            try:
+                d = Decimal(str(value).strip().replace("_", ""))
+            except InvalidOperation:
+                self.fail(f"{value!r} is not a count (e.g. 50000000 or 5e7).", param, ctx)
+            if not d.is_finite() or d != d.to_integral_value():
+                self.fail(f"{value!r} is not a whole, finite count.", param, ctx)
+            n = int(d)
+        if n < 1:
+            self.fail(f"{value!r} must be at least 1.", param, ctx)
+        return n
+
+
+def max_work_option(*budgets):
+    """``--max-work N``: the one option that raises every work budget of :mod:`dlsched.limits`.
+
+    Parameters
+    ----------
+    *budgets : dlsched.limits.Budget
+        The budgets of the command, listed with their defaults in ``--help``.
+    """
+    defaults = "; ".join(f"{b.limit:,} {b.unit}" for b in budgets)
+
+    def decorate(fn):
+        return click.option("--max-work", type=WorkCount(), default=None,
+                            help="Largest work accepted, in the unit a refusal names; work above it is refused "
+                                 f"before it starts [default: {defaults}].")(fn)
+    return decorate
+
+
+# -- progress ------------------------------------------------------------------
+
+#: Work shorter than this shows no bar: quick commands print only their result.
+PROGRESS_DELAY_S = 2.0
+
+
+class WorkProgress:
+    """A rich progress bar on stderr that appears only once work has run :data:`PROGRESS_DELAY_S`.
+
+    Call it as ``report(done, total=None)`` (the ``progress`` callback the
+    library's long functions take); :meth:`part` gives the callback for one of
+    several runs that share the bar. Nothing is drawn when stderr is not a
+    terminal, so pipes, logs and ``--json`` stdout stay clean; the bar is
+    transient and vanishes when the work ends.
+    """
+
+    def __init__(self, description: str, total: float | None = None, unit: str = "",
+                 delay: float = PROGRESS_DELAY_S, console: Console | None = None):
+        self.description, self.total, self.unit, self.delay = description, total, unit, delay
+        self.console = console or err_console
+        self.enabled = self.console.is_terminal
+        self._fixed_total = total is not None
+        self._t0 = time.monotonic()
+        self._bar = None
+        self._task = None
+        self.done = 0
+
+    def __call__(self, done: float, total: float | None = None) -> None:
+        self.done = done
+        if total is not None and not self._fixed_total:
+            self.total = total
+        if self._bar is None:
+            if not self.enabled or time.monotonic() - self._t0 < self.delay:
+                return
+            self._start()
+            if self._bar is None:
+                return
+        self._bar.update(self._task, completed=done, total=self.total)
+
+    def part(self, offset: float) -> Callable[[float, float | None], None]:
+        """The callback for a run whose own ``done`` counts from ``offset`` on this bar."""
+        return lambda done, total=None: self(offset + done)
+
+    def _start(self) -> None:
+        from rich.errors import LiveError
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                   TimeRemainingColumn)
+
+        # an 80-column terminal holds every column; time left when the total is known, else time spent
+        clock = TimeRemainingColumn() if self.total is not None else TimeElapsedColumn()
+        bar = Progress(TextColumn("{task.description}"), BarColumn(bar_width=20), MofNCompleteColumn(),
+                       TextColumn(self.unit), clock, console=self.console, transient=True, get_time=time.monotonic)
+        task = bar.add_task(self.description, total=self.total, completed=self.done, start=False)
+        bar.tasks[-1].start_time = self._t0  # the bar appears late; its clock should not
+        try:
+            bar.start()
+        except LiveError:  # another bar is on screen; this work goes without one
+            self.enabled = False
+            return
+        self._bar, self._task = bar, task
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+@contextlib.contextmanager
+def progress(description: str, total: float | None = None, unit: str = "",
+             delay: float = PROGRESS_DELAY_S, console: Console | None = None) -> Iterator[WorkProgress]:
+    """``with progress("simulating", total=n, unit="op-steps") as report: lib_fn(..., progress=report)``.
+
+    See :class:`WorkProgress`; the bar is removed however the block ends.
+    """
+    bar = WorkProgress(description, total, unit, delay, console)
+    try:
+        yield bar
+    finally:
+        bar.close()
+
+
 def model_options(fn):
     """MODEL argument plus --mode, --batch, --ps, --ps-strategy, --buffers."""
     @click.argument("model")
     @click.option("--mode", type=click.Choice(["inference", "training"]), default="inference", show_default=True,
                   help="Forward only, or forward + backward + gradient sends.")
-    @click.option("--batch", type=click.IntRange(min=1), default=None, help="Override the batch dimension.")
-    @click.option("--ps", type=click.IntRange(min=1), default=None, help="Number of parameter servers [default: 1].")
+    @click.option("--batch", type=POSITIVE_INT, default=None, help="Override the batch dimension.")
+    @click.option("--ps", type=POSITIVE_INT, default=None, help="Number of parameter servers [default: 1].")
     @click.option("--ps-strategy", type=click.Choice(["round-robin", "greedy"]), default=None,
                   help="How parameters are spread over servers [default: round-robin].")
     @click.option("--buffers", is_flag=True, help="Also treat non-trainable state as transfers: torch buffers, ONNX BatchNorm mean/variance.")

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import click
 
+from .common import FiniteFloat
+
 
 @click.command("net-peer")
 @click.option("--host", default="127.0.0.1", show_default=True,
@@ -11,7 +13,7 @@ import click
               help="TCP port to listen on; 0 picks a free one and announces it.")
 @click.option("--sessions", type=click.IntRange(min=0), default=0, show_default=True,
               help="Serve this many measurements, then exit; 0 serves until interrupted.")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
+@click.option("--timeout", type=FiniteFloat(min=0.1), default=60.0, show_default=True,
               help="Seconds any wait inside a measurement may take before it is abandoned.")
 def net_peer(host, port, sessions, timeout):
     """Serve network measurements over torch.distributed (gloo).

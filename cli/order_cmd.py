@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import click
 
-from .common import console, emit_json, fmt_bytes, fmt_seconds, load_graph, model_options, oracle_options
+from dlsched import limits
+
+from .common import (NONNEG_FLOAT, SEED, console, emit_json, fmt_bytes, fmt_seconds, load_graph, max_work_option,
+                     model_options, oracle_options, progress)
 
 SHOWN = 10  # transfers listed in the summary table
 
@@ -15,15 +18,16 @@ SHOWN = 10  # transfers listed in the summary table
                    "exact (optimum for small graphs, needs --oracle).")
 @oracle_options(required=False,
                 oracle_help="Time oracle file (CSV or Parquet); needed by tac and exact, and to report makespans.")
-@click.option("--seed", type=int, default=0, show_default=True,
+@click.option("--seed", type=SEED, default=0, show_default=True,
               help="Seed of --algo random and of the unordered baseline.")
-@click.option("--time-limit", type=click.FloatRange(min=0), default=None,
+@click.option("--time-limit", type=NONNEG_FLOAT, default=None,
               help="--algo exact: seconds to search (then any size is accepted).")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Priority file to write.")
 @click.option("--format", "fmt", type=click.Choice(["json", "tictac"]), default="json", show_default=True,
               help="json (versioned, with the model fingerprint) or tictac (name<TAB>priority lines).")
+@max_work_option(limits.EXACT)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
-def order(algo, oracle, default_time, seed, time_limit, output, fmt, as_json, **model_kw):
+def order(algo, oracle, default_time, seed, time_limit, output, fmt, max_work, as_json, **model_kw):
     """Write a priority file for MODEL's parameter transfers (TicTac §4).
 
     With --oracle, also simulates one iteration under the order and under an
@@ -44,7 +48,10 @@ def order(algo, oracle, default_time, seed, time_limit, output, fmt, as_json, **
 
         times = load_times(oracle, graph, default_time)
         oracle_hash = hash_times(times)
-    priorities = compute_order(graph, algo, times=times, seed=seed, time_limit=time_limit)
+    limit = f" (at most {time_limit:g} s)" if time_limit is not None else ""
+    with progress(f"searching the {algo} order of {graph.name}{limit}", unit="search nodes") as bar:
+        priorities = compute_order(graph, algo, times=times, seed=seed, time_limit=time_limit, max_work=max_work,
+                                   progress=bar)
     pf = make_priority_file(graph, priorities, algo, oracle_hash)
     try:
         write_priority_file(pf, output, fmt)

@@ -23,25 +23,46 @@ from __future__ import annotations
 
 import click
 
-from .common import console, emit_json, fmt_bytes, fmt_seconds
+from dlsched import limits
+
+from .common import (BYTES, FRACTION, POSITIVE_INT, console, emit_json, fmt_bytes, fmt_seconds, max_work_option,
+                     parse_quantity)
+
+
+def _speed(value, where: str) -> float:
+    """A worker's relative speed: a finite number > 0."""
+    import math
+
+    from dlsched.errors import DlschedError
+
+    try:
+        speed = float(value)
+    except (TypeError, ValueError):
+        raise DlschedError(f"{where}: speed {value!r} is not a number") from None
+    if not (speed > 0 and math.isfinite(speed)):
+        raise DlschedError(f"{where}: speed must be a finite number above 0, got {value!r}")
+    return speed
+
+
+def _global_batch(value, where: str) -> int:
+    """A global batch from a cluster file: a whole number of samples ≥ 1."""
+    from dlsched.errors import DlschedError
+
+    whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    if isinstance(value, bool) or not whole or value < 1:
+        raise DlschedError(f"{where}: global_batch must be a whole number of samples ≥ 1, got {value!r}")
+    return int(value)
 
 
 def _parse_worker(text: str):
     from dlsched.errors import DlschedError
-    from dlsched.units import parse_bytes
 
     parts = text.split(":")
     if len(parts) not in (2, 3) or not parts[0]:
         raise DlschedError(f"--worker {text!r}: expected NAME:MEMORY[:SPEED], e.g. gpu0:16GiB:1.5")
-    speed = 1.0
-    if len(parts) == 3:
-        try:
-            speed = float(parts[2])
-        except ValueError:
-            raise DlschedError(f"--worker {text!r}: speed {parts[2]!r} is not a number") from None
-        if not speed > 0:
-            raise DlschedError(f"--worker {text!r}: speed must be positive")
-    return {"name": parts[0], "memory": parse_bytes(parts[1]), "speed": speed}
+    speed = _speed(parts[2], f"--worker {text!r}") if len(parts) == 3 else 1.0
+    return {"name": parts[0], "memory": parse_quantity("bytes", parts[1], f"--worker {text!r}: memory"),
+            "speed": speed}
 
 
 def _read_cluster(path: str):
@@ -51,7 +72,6 @@ def _read_cluster(path: str):
     import yaml
 
     from dlsched.errors import DlschedError
-    from dlsched.units import parse_bytes
 
     p = Path(path)
     if not p.exists():
@@ -78,14 +98,10 @@ def _read_cluster(path: str):
         if name in names:
             raise DlschedError(f"{path}: worker name {name!r} appears twice")
         names.add(name)
-        entry = {"name": name, "memory": parse_bytes(str(w["memory"])), "speed": 1.0}
+        entry = {"name": name, "memory": parse_quantity("bytes", w["memory"], f"{where} ({name}): memory"),
+                 "speed": 1.0}
         if "speed" in w:
-            try:
-                entry["speed"] = float(w["speed"])
-            except (TypeError, ValueError):
-                raise DlschedError(f"{where} ({name}): speed {w['speed']!r} is not a number") from None
-            if not entry["speed"] > 0:
-                raise DlschedError(f"{where} ({name}): speed must be positive")
+            entry["speed"] = _speed(w["speed"], f"{where} ({name})")
         if "oracle" in w:
             entry["oracle"] = str((p.parent / str(w["oracle"])).resolve()) if not Path(str(w["oracle"])).is_absolute() \
                 else str(w["oracle"])
@@ -96,8 +112,14 @@ def _read_cluster(path: str):
             except (TypeError, ValueError):
                 raise DlschedError(f"{where} ({name}): 'times' must map batch sizes to seconds, "
                                    "e.g. {8: 0.1, 16: 0.19}") from None
+            if not entry["times"] or any(b < 1 or not 0 <= t < float("inf") for b, t in entry["times"].items()):
+                raise DlschedError(f"{where} ({name}): 'times' needs batch sizes ≥ 1 and finite times ≥ 0 "
+                                   f"seconds, got {times!r}")
         workers.append(entry)
-    return workers, doc.get("global_batch"), doc.get("margin")
+    batch = doc.get("global_batch")
+    margin = doc.get("margin")
+    return (workers, None if batch is None else _global_batch(batch, path),
+            None if margin is None else parse_quantity("fraction", margin, f"{path}: margin"))
 
 
 def _compute_seconds(oracle_path: str, graph):
@@ -125,8 +147,8 @@ def _compute_seconds(oracle_path: str, graph):
 
 @click.command("plan-batch")
 @click.argument("model")
-@click.option("--memory", default=None, help="Device memory capacity, e.g. 16GiB (single-device plan).")
-@click.option("--margin", default="0.1", show_default=True, help="Headroom kept free: 0.1 or 10%.")
+@click.option("--memory", type=BYTES, default=None, help="Device memory capacity, e.g. 16GiB (single-device plan).")
+@click.option("--margin", type=FRACTION, default="0.1", show_default=True, help="Headroom kept free: 0.1 or 10%.")
 @click.option("--optimizer", type=click.Choice(["sgd", "momentum", "adam"]), default="sgd", show_default=True,
               help="Optimizer state copies: sgd 0, momentum 1, adam 2.")
 @click.option("--dtype", default=None, help="Parameter dtype for the static estimate (default: as imported).")
@@ -136,14 +158,15 @@ def _compute_seconds(oracle_path: str, graph):
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="Where --measure runs its steps.")
 @click.option("--oracle", default=None, help="Time oracle of MODEL: Σ compute times, scaled linearly in batch.")
-@click.option("--batch", type=click.IntRange(min=1), default=None, help="Batch to import MODEL at (static).")
+@click.option("--batch", type=POSITIVE_INT, default=None, help="Batch to import MODEL at (static).")
 @click.option("--buffers", is_flag=True, help="torch: also treat registered buffers as parameters.")
-@click.option("--global-batch", type=click.IntRange(min=0), default=None, help="Global batch X to split over workers.")
+@click.option("--global-batch", type=POSITIVE_INT, default=None, help="Global batch X to split over workers.")
 @click.option("--worker", "workers", multiple=True, help="NAME:MEMORY[:SPEED], repeatable (heterogeneous plan).")
 @click.option("--cluster", "cluster_file", default=None, help="Cluster YAML file (see the command's module docs).")
+@max_work_option(limits.PLAN_BATCH)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 def plan_batch(model, memory, margin, optimizer, dtype, measure, measure_batches, device, oracle, batch, buffers,
-               global_batch, workers, cluster_file, as_json):
+               global_batch, workers, cluster_file, max_work, as_json):
     """Largest batch that fits a device's memory, or per-worker batches for a
     heterogeneous cluster (LB-BSP).
 
@@ -158,9 +181,8 @@ def plan_batch(model, memory, margin, optimizer, dtype, measure, measure_batches
     """
     from dlsched.errors import DlschedError
     from dlsched.planning import batch as batchplan
-    from dlsched.units import parse_bytes, parse_fraction
 
-    margin_v = parse_fraction(margin)
+    margin_v = margin
     hetero = bool(workers or cluster_file)
     if workers and cluster_file:
         raise DlschedError("give workers either with --worker or with --cluster, not both")
@@ -169,7 +191,7 @@ def plan_batch(model, memory, margin, optimizer, dtype, measure, measure_batches
         worker_specs, file_batch, file_margin = _read_cluster(cluster_file)
         ctx = click.get_current_context()
         if file_margin is not None and ctx.get_parameter_source("margin").name == "DEFAULT":
-            margin_v = parse_fraction(str(file_margin))
+            margin_v = file_margin
     elif workers:
         worker_specs = [_parse_worker(w) for w in workers]
         names = [w["name"] for w in worker_specs]
@@ -180,11 +202,8 @@ def plan_batch(model, memory, margin, optimizer, dtype, measure, measure_batches
         global_batch = global_batch if global_batch is not None else file_batch
         if global_batch is None:
             raise DlschedError("a heterogeneous plan needs --global-batch X (or global_batch in the cluster file)")
-        global_batch = int(global_batch)
     elif memory is None:
         raise DlschedError("give --memory for a single-device plan, or --global-batch with --worker/--cluster")
-    if not 0 <= margin_v < 1:
-        raise DlschedError(f"--margin must be in [0, 1), got {margin}")
 
     # -- the memory model -------------------------------------------------
     graph = None
@@ -223,10 +242,10 @@ def plan_batch(model, memory, margin, optimizer, dtype, measure, measure_batches
 
     if hetero:
         _hetero(est, worker_specs, global_batch, margin_v, ref_curve, ref_linear, time_unit, time_source,
-                batch, graph, as_json)
+                batch, graph, max_work, as_json)
         return
 
-    capacity = parse_bytes(memory)
+    capacity = memory
     plan = batchplan.plan_batch(est, capacity, margin_v)
     table = None
     if oracle or measure:
@@ -274,7 +293,7 @@ def _short_seconds(x: float) -> str:
 
 
 def _hetero(est, worker_specs, global_batch, margin, ref_curve, ref_linear, time_unit, time_source, batch, graph,
-            as_json):
+            max_work, as_json):
     from dlsched.planning import batch as batchplan
     from dlsched.planning.hetero import WorkerSpec, plan_workers
 
@@ -314,7 +333,7 @@ def _hetero(est, worker_specs, global_batch, margin, ref_curve, ref_linear, time
         if time_unit != "s":
             time_source = "each worker's own oracle or measured times"
         time_unit = "s"
-    plan = plan_workers(specs, global_batch)
+    plan = plan_workers(specs, global_batch, max_work=max_work)
     if as_json:
         d = plan.to_dict()
         d.update(estimate=est.estimate, optimizer=est.optimizer, margin=margin, time_unit=time_unit,

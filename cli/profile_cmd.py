@@ -3,18 +3,21 @@
 Compute ops are timed by the framework profiler of MODEL's format (or read
 from ``--from-trace``); every recv/send gets ``latency + bytes / bandwidth``
 (defaults ``--bandwidth 10Gbps --latency 50us``, or ``--measure-network``).
-Ops that could not be timed are named with the reason; without
+Ops that TensorFlow ran inside another op's fused kernel get time 0 and are
+listed as "fused into X" (X holds the kernel's time). Ops that could not be
+timed are named with the reason; without
 ``--default-time`` the oracle is still written (exit 0, with a warning) and
 the analyses will refuse it until they are given ``--default-time``.
 """
 from __future__ import annotations
 
-import sys
-
 import click
 from click.core import ParameterSource
 
-from .common import console, emit_json, err_console, fmt_bytes, fmt_seconds, load_graph, model_options
+from dlsched import limits
+
+from .common import (BANDWIDTH, DURATION, NONNEG_INT, POSITIVE_INT, FiniteFloat, console, emit_json, err_console,
+                     fmt_bytes, fmt_seconds, load_graph, max_work_option, model_options, progress)
 
 
 def _profiler(fmt: str):
@@ -35,44 +38,23 @@ def _profiler(fmt: str):
                            "missing); use --from-trace with an existing trace instead") from None
 
 
-def _progress_runner(enabled: bool, description: str):
-    """A context manager yielding a ``progress(done, total)`` callback (rich, on stderr, transient)."""
-    import contextlib
-
-    @contextlib.contextmanager
-    def runner():
-        if not enabled:
-            yield None
-            return
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=err_console, transient=True) as bar:
-            task = bar.add_task(description, total=None)
-
-            def progress(done, total):
-                bar.update(task, completed=done, total=total)
-            yield progress
-
-    return runner()
-
-
 @click.command()
 @model_options
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default="oracle.csv", show_default=True,
               help="Oracle file to write: CSV, or Parquet when it ends in .parquet.")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
-@click.option("--runs", type=int, default=5, show_default=True,
+@click.option("--runs", type=POSITIVE_INT, default=5, show_default=True,
               help="Timed runs per op (the minimum is kept, the median stored).")
-@click.option("--warmup", type=int, default=1, show_default=True, help="Untimed runs first.")
-@click.option("--bandwidth", default="10Gbps", show_default=True,
+@click.option("--warmup", type=NONNEG_INT, default=1, show_default=True, help="Untimed runs first.")
+@click.option("--bandwidth", type=BANDWIDTH, default="10Gbps", show_default=True,
               help="Link bandwidth for transfers: bps/Kbps/Mbps/Gbps, B/s, MB/s, MiB/s …")
-@click.option("--latency", default="50us", show_default=True, help="Per-transfer latency: s, ms, us, ns.")
+@click.option("--latency", type=DURATION, default="50us", show_default=True,
+              help="Per-transfer latency: s, ms, us, ns.")
 @click.option("--measure-network", is_flag=True,
               help="Measure bandwidth and latency with a real gloo transfer to another process instead.")
 @click.option("--peer", metavar="HOST:PORT", default=None,
               help="With --measure-network: measure to a 'dlsched net-peer' there instead of a local process.")
-@click.option("--network-timeout", type=click.FloatRange(min=0.5), default=30.0, show_default=True,
+@click.option("--network-timeout", type=FiniteFloat(min=0.5), default=30.0, show_default=True,
               help="Seconds any wait of the network measurement may take.")
 @click.option("--from-trace", "trace", type=click.Path(dir_okay=False), default=None,
               help="Take compute times from a PyTorch profiler Chrome trace or a TF timeline instead of running.")
@@ -80,36 +62,30 @@ def _progress_runner(enabled: bool, description: str):
               help="Estimate times from shapes with a roofline model instead of running the model (deterministic).")
 @click.option("--device-spec", default="cpu", show_default=True,
               help="With --analytic: cpu, a100, h100, or a YAML spec file; transfers use its network.")
-@click.option("--default-time", default=None, help="Give ops that could not be timed this time (e.g. 10us).")
+@click.option("--default-time", type=DURATION, default=None,
+              help="Give ops that could not be timed this time (e.g. 10us).")
+@max_work_option(limits.PROFILE)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 def profile(output, device, runs, warmup, bandwidth, latency, measure_network, peer, network_timeout, trace,
-            analytic, device_spec, default_time, as_json, **model_kw):
+            analytic, device_spec, default_time, max_work, as_json, **model_kw):
     """Build MODEL's time oracle: Time(op) for every op, written to -o.
 
     Compute ops run on --device with the framework's profiler (warm-up, then
     --runs runs; minimum kept, median stored), or come from --from-trace.
     Transfers (recv/send) cost latency + bytes/bandwidth. Ops that cannot be
     timed are listed with the reason; the oracle is written anyway, and the
-    analyses then need --default-time (or pass it here).
+    analyses then need --default-time (or pass it here). More than --max-work
+    op runs (compute ops × (runs + warm-up)) are refused before anything runs.
     """
     from dlsched.errors import DlschedError
     from dlsched.loader import detect_format
-    from dlsched.units import parse_bandwidth, parse_duration
 
-    if runs < 1:
-        raise DlschedError(f"--runs must be at least 1 (got {runs}): the oracle keeps the minimum over the runs")
-    if warmup < 0:
-        raise DlschedError(f"--warmup must be 0 or more, got {warmup}")
     if peer and not measure_network:
         raise DlschedError("--peer needs --measure-network")
-    def parsed(option, fn, text):
-        try:
-            return fn(text)
-        except DlschedError as e:
-            raise DlschedError(f"{option}: {e}") from None
-
-    bw, lat = parsed("--bandwidth", parse_bandwidth, bandwidth), parsed("--latency", parse_duration, latency)
-    dflt = parsed("--default-time", parse_duration, default_time) if default_time is not None else None
+    bw, lat, dflt = bandwidth, latency, default_time
+    runs_model = not (trace or analytic)  # only then do --runs and --warmup run anything
+    if runs_model:  # before the model loads: --runs 1000000000 is refused at once
+        limits.check_work(limits.profile_work(None, runs, warmup), limits.PROFILE, "profile", max_work)
     peer_addr = None
     if peer:
         host, _, port = peer.rpartition(":")
@@ -134,7 +110,9 @@ def profile(output, device, runs, warmup, bandwidth, latency, measure_network, p
         raise DlschedError(f"{model_kw['model']}: a .dag.json holds no runnable model, so it cannot be profiled; "
                            "pass --from-trace with a trace of the model, or profile the original model file")
     graph = load_graph(**model_kw)
-    show_bar = not as_json and sys.stderr.isatty()
+    if runs_model:
+        limits.check_work(limits.profile_work(len(graph.compute_ops()), runs, warmup), limits.PROFILE, "profile",
+                          max_work)
 
     coverage = None
     if trace:
@@ -162,21 +140,25 @@ def profile(output, device, runs, warmup, bandwidth, latency, measure_network, p
         network["source"] = f"device spec {spec.name}" if network["source"] == "flags" else network["source"]
     elif not trace:
         fn = _profiler(fmt)
-        with _progress_runner(show_bar, f"profiling {graph.name} on {device}") as progress:
+        with progress(f"profiling {graph.name} on {device}", unit="runs") as bar:
             compute, untimed = fn(model_kw["model"], graph, device=device, runs=runs, warmup=warmup,
-                                  progress=progress)
+                                  progress=bar)
 
     from dlsched.exporters.oracle_file import write_oracle
     from dlsched.profiling.oracle import assemble_oracle
 
     res = assemble_oracle(graph, compute, untimed, bw, lat, default_time=dflt)
     summary = res.summary(graph)
+    # Ops run inside another op's fused kernel: a row with time 0, reported as such, not as a gap.
+    fused = {k: v for k, v in (compute.attrs.get("fused", {}) if compute is not None else {}).items()
+             if k in res.frame["op"].values}
     if analytic:  # the transfers come from the device spec's network, part of the same estimate
         res.frame.loc[res.frame["source"] == "network-model", "source"] = "analytic"
     write_oracle(res.frame, output)
     info = {"output": str(output), "model": graph.name, "mode": graph.mode,
             "device": f"analytic:{spec.name}" if analytic else device,
-            "runs": runs if not (trace or analytic) else None, **summary, "network": network, "default_time": dflt}
+            "runs": runs if not (trace or analytic) else None, **summary, "fused": fused, "network": network,
+            "default_time": dflt}
     if coverage is not None:
         info["trace"] = {"file": str(trace), **coverage}
     if as_json:
@@ -198,6 +180,8 @@ def _print_report(info: dict, res, graph) -> None:
     s.add_column(style="bold")
     s.add_column(justify="right")
     s.add_row("compute ops timed", f"{info['timed']:,} of {info['compute_ops']:,}")
+    if info["fused"]:
+        s.add_row("fused into another op's kernel", f"{len(info['fused']):,} (time 0, listed below)")
     s.add_row("total compute time", fmt_seconds(info["total_compute_time"]))
     s.add_row("transfers", f"{info['transfers']:,} ({fmt_bytes(info['transfer_bytes'])})")
     s.add_row("total transfer time", fmt_seconds(info["total_transfer_time"]))
@@ -214,6 +198,16 @@ def _print_report(info: dict, res, graph) -> None:
     if "trace" in info and info["trace"]["unknown_events"]:
         names = ", ".join(f"{k} ×{v}" for k, v in list(info["trace"]["unknown_events"].items())[:10])
         err_console.print(f"trace events that matched no op: {names}")
+    if info["fused"]:
+        f = Table(title="ops fused into another op's kernel (time 0; the kernel's time is on the op named)",
+                  title_justify="left")
+        f.add_column("op")
+        f.add_column("reason")
+        for name, why in list(info["fused"].items())[:20]:
+            f.add_row(name, why)
+        if len(info["fused"]) > 20:
+            f.add_row(f"… {len(info['fused']) - 20} more", "")
+        console.print(f)
     missing = res.defaulted or res.untimed
     if missing:
         u = Table(title=("ops given --default-time" if res.defaulted else "ops that could not be timed"),

@@ -5,7 +5,10 @@ import statistics
 
 import click
 
-from .common import console, emit_json, fmt_seconds, load_graph, model_options, oracle_options
+from dlsched import limits
+
+from .common import (NONNEG_FLOAT, POSITIVE_INT, SEED, console, emit_json, fmt_seconds, load_graph, max_work_option,
+                     model_options, oracle_options, progress)
 
 ALGOS = ("tic", "tac", "random", "topo", "exact", "unordered")
 RANDOM_SEEDS = 5  # --compare: the random order is the mean over this many seeds
@@ -19,16 +22,16 @@ RANDOM_SEEDS = 5  # --compare: the random order is the mean over this many seeds
 @click.option("--algo", type=click.Choice(ALGOS), default=None,
               help="Compute the order here instead: tic, tac, random, topo, exact, or unordered (random per "
                    "worker and iteration, like a framework without ordering) [default: unordered].")
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--workers", type=POSITIVE_INT, default=1, show_default=True,
               help="Workers sharing the parameter servers' links.")
-@click.option("--iterations", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True, help="Seeds random orders and jitter.")
-@click.option("--jitter", type=click.FloatRange(min=0), default=0.0, show_default=True,
+@click.option("--iterations", type=POSITIVE_INT, default=1, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seeds random orders and jitter.")
+@click.option("--jitter", type=NONNEG_FLOAT, default=0.0, show_default=True,
               help="Lognormal sigma of per-op multiplicative noise, per worker and iteration (0: none).")
 @click.option("--sharing", type=click.Choice(["serial", "fair"]), default="serial", show_default=True,
               help="serial: a link carries one transfer at a time; fair: one stream per worker, "
                    "link capacity split among them.")
-@click.option("--time-limit", type=click.FloatRange(min=0), default=None,
+@click.option("--time-limit", type=NONNEG_FLOAT, default=None,
               help="--algo exact: seconds to search (then any size is accepted).")
 @click.option("--trace-out", type=click.Path(dir_okay=False), default=None,
               help="Write the (first iteration's) timeline as Chrome-trace JSON (Perfetto, chrome://tracing).")
@@ -37,14 +40,17 @@ RANDOM_SEEDS = 5  # --compare: the random order is the mean over this many seeds
               help="Gantt colours: transfers by priority rank, or every op by kind.")
 @click.option("--compare", default=None,
               help="Comma-separated orders to compare side by side, e.g. tic,tac,random,topo.")
+@max_work_option(limits.SIMULATE, limits.EXACT)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 def simulate(oracle, default_time, priority_path, algo, workers, iterations, seed, jitter, sharing, time_limit,
-             trace_out, plot, color_by, compare, as_json, **model_kw):
+             trace_out, plot, color_by, compare, max_work, as_json, **model_kw):
     """Simulate MODEL's iterations under a transfer order (DESIGN §4.6).
 
     Prints the makespan and scheduling efficiency E; with several workers or
     iterations also the iteration time and the straggler share (mean, p50, p95).
     The order comes from --priorities, or --algo (default: unordered).
+    Work beyond --max-work op-steps (ops × workers × iterations, per order
+    compared) is refused before it starts; long runs show a progress bar.
     """
     from dlsched.errors import DlschedError
     from dlsched.exporters.oracle_file import load_times
@@ -52,16 +58,31 @@ def simulate(oracle, default_time, priority_path, algo, workers, iterations, see
     if priority_path and algo:
         raise click.UsageError("give either --priorities or --algo, not both")
     compare_algos = _parse_compare(compare)
+    runs = 1 + sum(RANDOM_SEEDS if a == "random" else 1 for a in compare_algos)
+    # Refuse absurd options before the model is loaded, then again with its real size.
+    limits.check_work(limits.simulate_work(None, workers, iterations, runs), limits.SIMULATE, "simulate", max_work)
     graph = load_graph(**model_kw)
+    limits.check_work(limits.simulate_work(len(graph), workers, iterations, runs), limits.SIMULATE, "simulate",
+                      max_work)
     times = load_times(oracle, graph, default_time)
-    label, priorities = _order(graph, times, priority_path, algo or "unordered", seed, time_limit)
+    search = {"time_limit": time_limit, "max_work": max_work}
+    label, priorities = _order(graph, times, priority_path, algo or "unordered", seed, search)
+    # Every order first (the exact search has its own bar), then every simulation under one bar.
+    compared = [(a, s, _order(graph, times, None, a, s, search)[1])
+                for a in compare_algos for s in (range(seed, seed + RANDOM_SEEDS) if a == "random" else (seed,))]
     multi = workers > 1 or iterations > 1 or jitter > 0
+    keep_timeline = bool(trace_out or plot)  # the per-op timeline of every worker costs 2-3× the simulation
 
     from dlsched.analyses.bounds import bounds, efficiency
 
     b = bounds(graph, times)
     upper, lower = float(b.upper), float(b.lower)
-    result = _run(graph, times, priorities, multi, workers, iterations, seed, jitter, sharing)
+    per_run = len(graph) * workers * iterations
+    sim = {"multi": multi, "workers": workers, "iterations": iterations, "jitter": jitter, "sharing": sharing}
+    with progress(f"simulating {graph.name}", total=per_run * runs, unit="op-steps") as bar:
+        result = _run(graph, times, priorities, seed=seed, keep_timeline=keep_timeline, report=bar.part(0), **sim)
+        compared = [(a, _run(graph, times, p, seed=s, report=bar.part(per_run * (i + 1)), **sim))
+                    for i, (a, s, p) in enumerate(compared)]
     makespan = result["makespan"]
     out = {
         "model": graph.name,
@@ -85,18 +106,10 @@ def simulate(oracle, default_time, priority_path, algo, workers, iterations, see
         out["jitter"] = jitter
     if compare_algos:
         rows = []
-        for a in compare_algos:
-            if a == "random":
-                runs = []
-                for s in range(seed, seed + RANDOM_SEEDS):
-                    _, p = _order(graph, times, None, a, s, time_limit)
-                    runs.append(_run(graph, times, p, multi, workers, iterations, s, jitter, sharing))
-                span = statistics.fmean(r["makespan"] for r in runs)
-                share = statistics.fmean(r["straggler_share"] for r in runs)
-            else:
-                _, p = _order(graph, times, None, a, seed, time_limit)
-                r = _run(graph, times, p, multi, workers, iterations, seed, jitter, sharing)
-                span, share = r["makespan"], r["straggler_share"]
+        for a in compare_algos:  # random: the mean over its seeds
+            results = [r for name, r in compared if name == a]
+            span = statistics.fmean(r["makespan"] for r in results)
+            share = statistics.fmean(r["straggler_share"] for r in results)
             rows.append({"algorithm": a, "makespan": span, "efficiency": float(efficiency(upper, lower, span)),
                          "straggler_share": share})
         out["compare"] = rows
@@ -142,8 +155,8 @@ def _parse_compare(text):
     return algos
 
 
-def _order(graph, times, priority_path, algo, seed, time_limit):
-    """(label, priorities or None) for a priority file or an algorithm."""
+def _order(graph, times, priority_path, algo, seed, search):
+    """(label, priorities or None) for a priority file or an algorithm; ``search``: exact's limits."""
     if priority_path:
         from dlsched.exporters.priority_file import read_priority_file
 
@@ -153,21 +166,29 @@ def _order(graph, times, priority_path, algo, seed, time_limit):
         return "unordered", None
     from dlsched.analyses.orders import compute_order
 
-    return algo, compute_order(graph, algo, times=times, seed=seed, time_limit=time_limit)
+    if algo != "exact":
+        return algo, compute_order(graph, algo, times=times, seed=seed)
+    limit = search["time_limit"]
+    with progress(f"searching the exact order of {graph.name}" + (f" (at most {limit:g} s)" if limit else ""),
+                  unit="search nodes") as bar:
+        return algo, compute_order(graph, algo, times=times, seed=seed, progress=bar, **search)
 
 
-def _run(graph, times, priorities, multi, workers, iterations, seed, jitter, sharing):
+def _run(graph, times, priorities, multi, workers, iterations, seed, jitter, sharing, keep_timeline=False,
+         report=None):
     """Simulate; a uniform dict for both the single- and the multi-worker case."""
     if not multi:
         from dlsched.analyses.simulate import simulate
 
         s = simulate(graph, times, priorities, seed=seed)
+        if report is not None:
+            report(len(graph))
         return {"makespan": s.makespan, "first_makespan": s.makespan, "straggler_share": 0.0,
                 "timeline": s.frame()}
     from dlsched.analyses.multiworker import simulate_workers
 
     r = simulate_workers(graph, times, workers=workers, priorities=priorities, iterations=iterations, seed=seed,
-                         jitter=jitter, sharing=sharing)
+                         jitter=jitter, sharing=sharing, keep_timeline=keep_timeline, progress=report)
     summary = r.summary()
     pw = r.per_worker.groupby("worker").agg(makespan=("makespan", "mean"), efficiency=("efficiency", "mean"),
                                             wait=("wait", "mean")).reset_index()

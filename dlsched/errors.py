@@ -31,3 +31,7 @@ class PriorityFileError(DlschedError):
 
 class OutputError(DlschedError):
     """An output file cannot be written (read-only folder, full disk, a directory in the way)."""
+
+
+class WorkLimitError(DlschedError):
+    """Work estimated from the options exceeds its budget (:mod:`dlsched.limits`); ``--max-work`` lifts it."""

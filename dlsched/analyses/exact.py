@@ -40,12 +40,13 @@ import time
 from dataclasses import dataclass
 from typing import Mapping
 
+from dlsched import limits
 from dlsched.dag import RECV, Graph
-from dlsched.errors import DlschedError
 
 from .simulate import SimGraph, compile_graph, run_compiled
 
-DEFAULT_MAX_TRANSFERS = 10
+#: Search nodes between two progress reports.
+PROGRESS_EVERY = 1_024
 
 
 @dataclass
@@ -82,9 +83,10 @@ class ExactResult:
 
 
 class _Search:
-    def __init__(self, sg: SimGraph, deadline: float | None):
+    def __init__(self, sg: SimGraph, deadline: float | None, progress=None):
         self.sg = sg
         self.deadline = deadline
+        self.progress = progress
         n = sg.n
         self.topo = _topological(sg)
         self.pred = [[] for _ in range(n)]
@@ -213,6 +215,8 @@ class _Search:
         if self.timed_out:
             return
         self.explored += 1
+        if self.progress is not None and self.explored % PROGRESS_EVERY == 0:
+            self.progress(self.explored, None)  # no total: pruning decides how much of the tree is left
         if self.deadline is not None and time.perf_counter() > self.deadline:
             self.timed_out = True
             return
@@ -267,7 +271,7 @@ def _topological(sg: SimGraph) -> list[int]:
 
 
 def exact_order(graph: Graph, times: Mapping[str, float], time_limit: float | None = None,
-                max_transfers: int = DEFAULT_MAX_TRANSFERS) -> ExactResult:
+                max_work: int | None = None, progress=None) -> ExactResult:
     """The strict transfer order with the smallest simulated makespan.
 
     Parameters
@@ -279,9 +283,13 @@ def exact_order(graph: Graph, times: Mapping[str, float], time_limit: float | No
         Seconds to search. When given, any graph size is accepted and the best
         order found in time is returned (``proven=False`` if the search did
         not finish).
-    max_transfers : int
-        Without a time limit, graphs with more recv transfers are refused
-        (the search is exponential).
+    max_work : int, optional
+        Without a time limit, a search over more candidate orders than this
+        (each server's transfers in every order, interchangeable ones counted
+        once; :func:`dlsched.limits.exact_work`) is refused, since the search
+        is exponential [default: :data:`dlsched.limits.EXACT`].
+    progress : callable, optional
+        ``progress(explored, None)`` every :data:`PROGRESS_EVERY` search nodes.
 
     Returns
     -------
@@ -289,8 +297,8 @@ def exact_order(graph: Graph, times: Mapping[str, float], time_limit: float | No
 
     Raises
     ------
-    DlschedError
-        More than ``max_transfers`` transfers and no ``time_limit``.
+    WorkLimitError
+        More candidate orders than ``max_work`` and no ``time_limit``.
 
     Example
     -------
@@ -305,14 +313,13 @@ def exact_order(graph: Graph, times: Mapping[str, float], time_limit: float | No
     TicTac §3.1 (the problem, NP-hard) and §4 (why heuristics are needed).
     """
     sg = compile_graph(graph, times)
-    n_transfers = len(sg.recv_ids)
-    if time_limit is None and n_transfers > max_transfers:
-        raise DlschedError(
-            f"the exact order of model {graph.name!r} would search {n_transfers} transfers, above the limit of "
-            f"{max_transfers} (the problem is NP-hard, TicTac §3.1); pass a time limit (--time-limit) to get "
-            "the best order found within it, or use --algo tac")
     t0 = time.perf_counter()
-    s = _Search(sg, None if time_limit is None else t0 + time_limit)
+    s = _Search(sg, None if time_limit is None else t0 + time_limit, progress)
+    if time_limit is None:  # a time limit bounds the search by itself
+        limits.check_work(limits.exact_work([[s.twin_class[i] for i in s.on_channel[k]] for k in s.channels]),
+                          limits.EXACT, f"the exact order of model {graph.name!r}", max_work,
+                          alternative="or pass a time limit (--time-limit SECONDS) to get the best order found "
+                                      "within it (the problem is NP-hard, TicTac §3.1), or use --algo tac")
     # Incumbents: canonical order, then shortest transfer first.
     s.offer({k: list(v) for k, v in s.on_channel.items()})
     s.offer({k: sorted(v, key=lambda i: (sg.dur[i], i)) for k, v in s.on_channel.items()})

@@ -42,7 +42,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -112,13 +112,20 @@ class MultiWorkerResult:
         return pd.DataFrame({k: s[k] for k in ("iteration_time", "straggler_share", "efficiency")}).T
 
 
+#: Completed op-steps between two progress reports (a report costs far more than an op-step).
+PROGRESS_EVERY = 16_384
+
+
 def _run_workers(sg: SimGraph, durs: list[list[float]], ranks: list[list[int]], turn: list[int],
-                 sharing: str) -> tuple[list[list[float]], list[list[float]]]:
+                 sharing: str, progress: Callable[[int], None] | None = None
+                 ) -> tuple[list[list[float]], list[list[float]]]:
     """Simulate one iteration of ``len(durs)`` workers sharing the links.
 
     Global op id ``g = w·n + i``. Resources: worker ``w``'s compute is
     ``('c', w)``; link ``k`` is shared and holds one queue per stream
     (one stream in total for ``serial``, one per worker for ``fair``).
+    ``progress(done)``, when given, hears the op-steps completed so far every
+    :data:`PROGRESS_EVERY` of them.
     """
     n, W = sg.n, len(durs)
     res, succ, kinds = sg.res, sg.succ, sg.kinds
@@ -209,6 +216,7 @@ def _run_workers(sg: SimGraph, durs: list[list[float]], ranks: list[list[int]], 
                 touched.add(("l", k, w if streams > 1 else 0) if is_chan[k] else ("c", w, k))
     dispatch(0.0, sorted(touched))
     done = 0
+    next_report = PROGRESS_EVERY if progress is not None else math.inf
     while events:
         t, tok, g = pop(events)
         if token.get(g) != tok:
@@ -245,6 +253,9 @@ def _run_workers(sg: SimGraph, durs: list[list[float]], ranks: list[list[int]], 
                     kj = res[j]
                     touched.add(("l", kj, w if streams > 1 else 0) if is_chan[kj] else ("c", w, kj))
         dispatch(t, sorted(touched))
+        if done >= next_report:
+            progress(done)
+            next_report = done + PROGRESS_EVERY
         # links whose set of transfers shrank but got no new one: remaining transfers speed up
         for k in freed_links:
             if active[k] and last[k] == t:
@@ -256,7 +267,8 @@ def _run_workers(sg: SimGraph, durs: list[list[float]], ranks: list[list[int]], 
 
 def simulate_workers(graph: Graph, times: Mapping[str, float], workers: int = 2,
                      priorities: Mapping[str, int] | None = None, iterations: int = 1, seed: int = 0,
-                     jitter: float = 0.0, sharing: str = "serial", keep_timeline: bool = True) -> MultiWorkerResult:
+                     jitter: float = 0.0, sharing: str = "serial", keep_timeline: bool = True,
+                     progress: Callable[[int, int], None] | None = None) -> MultiWorkerResult:
     """Simulate ``iterations`` synchronous iterations of ``workers`` identical workers.
 
     Parameters
@@ -278,6 +290,11 @@ def simulate_workers(graph: Graph, times: Mapping[str, float], workers: int = 2,
         How workers share a server link; see the module docstring.
     keep_timeline : bool
         Keep the first iteration's per-op timeline (for exports).
+    progress : callable, optional
+        ``progress(done, total)`` in op-steps (one op of one worker in one
+        iteration; ``total = ops × workers × iterations``), during and after
+        every iteration. Callers bound the total beforehand with
+        :func:`dlsched.limits.simulate_work`.
 
     Returns
     -------
@@ -321,7 +338,12 @@ def simulate_workers(graph: Graph, times: Mapping[str, float], workers: int = 2,
     fixed_rank = transfer_ranks(sg, priorities, seed, "canonical") if enforced else None
     rows, its = [], []
     timeline = None
+    per_iteration = workers * sg.n
+    total = per_iteration * iterations
     for it in range(iterations):
+        report = None
+        if progress is not None:
+            report = (lambda done, base=it * per_iteration: progress(base + done, total))
         if jitter > 0:
             noise = rng.lognormal(-jitter * jitter / 2, jitter, size=(workers, sg.n))
             durs = (base[None, :] * noise).tolist()
@@ -332,7 +354,9 @@ def simulate_workers(graph: Graph, times: Mapping[str, float], workers: int = 2,
         else:
             ranks = [transfer_ranks(sg, None, int(rng.integers(2**31)), "random") for _ in range(workers)]
         turn = [(w - it) % workers for w in range(workers)]
-        start, end = _run_workers(sg, durs, ranks, turn, sharing)
+        start, end = _run_workers(sg, durs, ranks, turn, sharing, report)
+        if progress is not None:
+            progress((it + 1) * per_iteration, total)
         spans = [max(e, default=0.0) for e in end]
         slow, fast = max(spans), min(spans)
         effs = [float(efficiency(upper, lower, m)) for m in spans]

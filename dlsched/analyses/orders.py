@@ -18,7 +18,7 @@ NEEDS_TIMES = ("tac", "exact")
 
 
 def compute_order(graph: Graph, algo: str, times: Mapping[str, float] | None = None, seed: int = 0,
-                  time_limit: float | None = None) -> dict[str, int]:
+                  time_limit: float | None = None, max_work: int | None = None, progress=None) -> dict[str, int]:
     """Priority numbers of ``graph``'s recv ops by the named algorithm.
 
     Parameters
@@ -31,6 +31,9 @@ def compute_order(graph: Graph, algo: str, times: Mapping[str, float] | None = N
         Seed of the ``random`` permutation.
     time_limit : float, optional
         Search time for ``exact`` (then any graph size is accepted).
+    max_work, progress : optional
+        ``exact`` only: its work budget and progress callback (see
+        :func:`dlsched.analyses.exact.exact_order`).
 
     Returns
     -------
@@ -66,7 +69,7 @@ def compute_order(graph: Graph, algo: str, times: Mapping[str, float] | None = N
     if algo in ("topo", "layer"):
         return first_use_order(graph)
     from .exact import exact_order
-    return dict(exact_order(graph, times, time_limit=time_limit).priorities)
+    return dict(exact_order(graph, times, time_limit=time_limit, max_work=max_work, progress=progress).priorities)
 
 
 def random_order(graph: Graph, seed: int = 0) -> dict[str, int]:

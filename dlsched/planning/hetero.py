@@ -266,17 +266,33 @@ class HeteroPlan:
         }
 
 
-def plan_workers(workers: Sequence[WorkerSpec], global_batch: int) -> HeteroPlan:
+def plan_workers(workers: Sequence[WorkerSpec], global_batch: int, max_work: int | None = None) -> HeteroPlan:
     """Split ``global_batch`` over ``workers`` to minimise the iteration time.
 
     All-linear workers use the closed form (:func:`split_proportional` with
     ``v_i = 1 / t_i(1)``, samples per unit time); otherwise :func:`split_exact` on the curves.
 
+    Parameters
+    ----------
+    workers : sequence of WorkerSpec
+    global_batch : int
+        ``X ≥ 1``.
+    max_work : int, optional
+        The exact split evaluates every curve at every batch a worker could
+        take; more values than this are refused
+        [default: :data:`dlsched.limits.PLAN_BATCH`].
+
     Raises
     ------
     DlschedError
-        The global batch exceeds the sum of the workers' largest batches.
+        A global batch below 1, or above the sum of the workers' largest batches.
+    WorkLimitError
+        The exact split would evaluate more than ``max_work`` curve values.
     """
+    from dlsched import limits
+
+    if global_batch < 1:
+        raise DlschedError(f"the global batch must be at least 1 sample, got {global_batch}")
     caps = [w.max_batch for w in workers]
     if all(w.linear for w in workers):
         # v_i = samples per unit time = 1 / t_i(1) (equals speed / t_ref(1) for speed-scaled curves)
@@ -286,6 +302,8 @@ def plan_workers(workers: Sequence[WorkerSpec], global_batch: int) -> HeteroPlan
         batches = split_proportional(global_batch, [1 / r for r in rates], caps)
         method = "closed-form"
     else:
+        limits.check_work(limits.batch_search_work(caps, global_batch), limits.PLAN_BATCH,
+                          "the exact batch split", max_work)
         batches = split_exact(global_batch, [w.curve for w in workers], caps)
         method = "exact"
     return HeteroPlan(list(workers), global_batch, batches, method, equal_split(global_batch, len(workers)))
