@@ -33,7 +33,8 @@ def main() -> int:
 
     import torch
 
-    from dlsched.importers.torch_importer import call_factory, import_factory, trace_factory
+    from dlsched.factory import call_factory
+from dlsched.importers.torch_importer import import_factory, trace_factory
     from dlsched.profiling.torch_profiler import profile_torch, timing_interpreter
 
     spec = str(REPO / "examples" / "torch_models.py") + ":resnet50"

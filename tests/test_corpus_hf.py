@@ -28,7 +28,7 @@ MODES = ("inference", "training")
 @functools.lru_cache(maxsize=None)
 def _named_parameters(name: str) -> tuple:
     """``(name, numel)`` of the factory's ``named_parameters()`` (a tied weight once)."""
-    from dlsched.importers.torch_importer import call_factory
+    from dlsched.factory import call_factory
 
     module, _, _ = call_factory(f"{HF}:{name}")
     return tuple((n, p.numel()) for n, p in module.named_parameters())
@@ -81,7 +81,7 @@ def bert_onnx(tmp_path_factory):
     """BERT exported with the TorchScript exporter (``dynamo=False``), every parameter its own initializer."""
     import torch
 
-    from dlsched.importers.torch_importer import call_factory
+    from dlsched.factory import call_factory
     from examples.export_onnx import _drop_initializer_inputs
 
     module, inputs, _ = call_factory(f"{HF}:bert")

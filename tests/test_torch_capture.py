@@ -11,7 +11,8 @@ import pytest
 
 from dlsched.dag import COMPUTE, RECV, Graph
 from dlsched.errors import ImportFailure
-from dlsched.importers.torch_importer import _PARAM_VIEWS, call_factory, import_factory
+from dlsched.factory import call_factory
+from dlsched.importers.torch_importer import _PARAM_VIEWS, import_factory
 from tests.conftest import run_cli
 
 SMALL_CNN = "examples/torch_models.py:small_cnn"

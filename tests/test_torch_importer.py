@@ -9,7 +9,8 @@ import pytest
 
 from dlsched.dag import COMPUTE, RECV, SEND
 from dlsched.errors import ImportFailure
-from dlsched.importers.torch_importer import call_factory, import_factory, trace_factory
+from dlsched.factory import call_factory
+from dlsched.importers.torch_importer import import_factory, trace_factory
 from tests.conftest import assert_clean_error, run_cli
 
 EX = "examples/torch_models.py"

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from dlsched.errors import DlschedError
-from dlsched.importers.torch_importer import _training_loss, call_factory, import_factory
+from dlsched.factory import call_factory, training_loss
+from dlsched.importers.torch_importer import import_factory
 from dlsched.profiling.torch_profiler import profile_torch
 
 EX = "examples/torch_models.py"
@@ -97,7 +98,7 @@ def test_training_times_sum_to_a_training_step(one_thread):
 
     def step():  # what the joint graph holds: forward, loss, gradients
         with torch.enable_grad():  # the progress callback runs inside the profiler's no_grad
-            torch.autograd.grad(_training_loss(module(*inputs)), params)
+            torch.autograd.grad(training_loss(module(*inputs)), params)
 
     ratios = _ratio_within(spec, graph, step)
     print(f"transformer training batch 8: sum(min)/median(step) = {ratios}")

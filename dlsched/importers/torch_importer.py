@@ -57,24 +57,17 @@ Example
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import importlib
-import importlib.util
-import inspect
 import io
-import re
-import sys
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from dlsched.dag import COMPUTE, RECV, Graph, add_gradient_sends
 from dlsched.errors import ImportFailure
+from dlsched.factory import call_factory, training_loss
 
 MODES = ("inference", "training")
 CAPTURES = ("symbolic_trace", "make_fx")
-_SPEC = re.compile(r"^(?P<target>.+?):(?P<fn>[A-Za-z_][A-Za-z0-9_]*)$")
 # Module attributes a FLOP / memory cost model needs, by module class.
 _MODULE_ATTRS = (
     "in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation", "groups",
@@ -126,117 +119,6 @@ class TracedModel:
     loss_node: str | None = None
     grad_nodes: dict = field(default_factory=dict)
     capture: str = "symbolic_trace"
-
-
-# -- loading the factory ------------------------------------------------------
-def _load_function(spec: str) -> Callable:
-    m = _SPEC.match(spec)
-    if not m:
-        raise ImportFailure(f"{spec}: not a PyTorch factory; expected path/to/file.py:fn or package.module:fn")
-    target, fn_name = m["target"], m["fn"]
-    if target.endswith(".py"):
-        path = Path(target)
-        if not path.is_file():
-            raise ImportFailure(f"{spec}: no such file {target!r}")
-        digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:10]
-        stem = re.sub(r"\W", "_", path.stem)
-        mod_name = f"_dlsched_factory_{stem}_{digest}"
-        mod = sys.modules.get(mod_name)
-        if mod is None:
-            file_spec = importlib.util.spec_from_file_location(mod_name, path)
-            if file_spec is None or file_spec.loader is None:
-                raise ImportFailure(f"{spec}: cannot load {target!r} as a Python module")
-            mod = importlib.util.module_from_spec(file_spec)
-            # The factory's own folder goes on sys.path while it runs, so it can import its neighbours.
-            folder = str(path.resolve().parent)
-            sys.path.insert(0, folder)
-            sys.modules[mod_name] = mod
-            try:
-                file_spec.loader.exec_module(mod)
-            except Exception as e:
-                del sys.modules[mod_name]
-                raise ImportFailure(f"{spec}: executing {target!r} failed: {type(e).__name__}: {e}") from None
-            finally:
-                with contextlib.suppress(ValueError):
-                    sys.path.remove(folder)
-    else:
-        try:
-            mod = importlib.import_module(target)
-        except ModuleNotFoundError as e:
-            if e.name and (target == e.name or target.startswith(e.name + ".")):
-                raise ImportFailure(f"{spec}: module {target!r} not found (and no file of that name)") from None
-            raise ImportFailure(f"{spec}: importing module {target!r} failed: {type(e).__name__}: {e}") from None
-        except Exception as e:
-            raise ImportFailure(f"{spec}: importing module {target!r} failed: {type(e).__name__}: {e}") from None
-    fn = getattr(mod, fn_name, None)
-    if fn is None:
-        raise ImportFailure(f"{spec}: {target!r} has no function {fn_name!r}")
-    if not callable(fn):
-        raise ImportFailure(f"{spec}: {fn_name!r} in {target!r} is not callable")
-    return fn
-
-
-def _accepts_batch(fn: Callable) -> bool:
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return False
-    return any(p.name == "batch" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-               or p.kind == p.VAR_KEYWORD for p in sig.parameters.values())
-
-
-def _resize_batch(t, batch: int):
-    """Dim 0 of ``t`` resized to ``batch`` by cycling its rows (deterministic)."""
-    import torch
-
-    if not isinstance(t, torch.Tensor) or t.dim() == 0 or t.shape[0] == batch:
-        return t
-    rows = torch.arange(batch) % t.shape[0]
-    return t[rows].clone()
-
-
-def call_factory(spec: str, batch: int | None = None):
-    """Load and call the factory ``spec``; returns ``(module, inputs_tuple, fn_name)``.
-
-    If ``batch`` is given and the factory accepts a ``batch`` keyword, it is
-    called as ``fn(batch=batch)``; otherwise ``fn()`` is called and dim 0 of
-    every example tensor is resized to ``batch`` by cycling its rows.
-
-    Raises
-    ------
-    ImportFailure
-        Missing file or module, no such function, the factory raised, or it
-        returned something other than ``(torch.nn.Module, inputs)``.
-    """
-    import torch
-
-    fn = _load_function(spec)
-    fn_name = spec.rsplit(":", 1)[1]
-    by_keyword = batch is not None and _accepts_batch(fn)
-    try:
-        result = fn(batch=batch) if by_keyword else fn()
-    except Exception as e:
-        raise ImportFailure(f"{spec}: the factory raised {type(e).__name__}: {e}") from None
-    if not (isinstance(result, (tuple, list)) and len(result) == 2 and isinstance(result[0], torch.nn.Module)):
-        raise ImportFailure(f"{spec}: the factory must return (torch.nn.Module, example_inputs), "
-                            f"got {_describe(result)}")
-    module, inputs = result
-    if isinstance(inputs, torch.Tensor):
-        inputs = (inputs,)
-    if not isinstance(inputs, (tuple, list)) or not inputs or \
-            not all(isinstance(x, torch.Tensor) for x in inputs):
-        raise ImportFailure(f"{spec}: the factory's example_inputs must be a tensor or a tuple of tensors, "
-                            f"got {_describe(inputs)}")
-    inputs = tuple(inputs)
-    if batch is not None and not by_keyword:
-        inputs = tuple(_resize_batch(x, batch) for x in inputs)
-    return module, inputs, fn_name
-
-
-def _describe(x: Any) -> str:
-    if isinstance(x, (tuple, list)):
-        return f"a {type(x).__name__} of {len(x)} ({', '.join(type(v).__name__ for v in x[:4])})"
-    return f"a {type(x).__name__}"
 
 
 # -- tracing --------------------------------------------------------------------
@@ -438,24 +320,6 @@ def _aten_inference(module, inputs, fn_name, batch, params, bufs) -> TracedModel
                        batch=batch, params=params, buffers=bufs, capture="make_fx")
 
 
-def _training_loss(out):
-    """Cross-entropy against class 0 for 2-D logits, else the mean square of every float output."""
-    import torch
-    import torch.nn.functional as F
-    from torch.utils._pytree import tree_leaves
-
-    if isinstance(out, torch.Tensor) and out.dim() == 2 and out.is_floating_point():
-        target = torch.zeros(out.shape[0], dtype=torch.long, device=out.device)
-        return F.cross_entropy(out, target)
-    leaves = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor) and t.is_floating_point()]
-    if not leaves:
-        raise TypeError("the module returns no floating-point tensor to build a loss from")
-    loss = leaves[0].float().pow(2).mean()
-    for t in leaves[1:]:
-        loss = loss + t.float().pow(2).mean()
-    return loss
-
-
 def _trace_training(spec, module, inputs, fn_name, batch, params, bufs) -> TracedModel:
     import torch
 
@@ -469,7 +333,7 @@ def _trace_training(spec, module, inputs, fn_name, batch, params, bufs) -> Trace
         p = dict(zip(pnames, flat[:n_p]))
         b = dict(zip(bnames, flat[n_p:n_p + n_b]))
         out = torch.func.functional_call(module, {**p, **b}, tuple(flat[n_p + n_b:]))
-        loss = _training_loss(out)
+        loss = training_loss(out)
         grads = torch.autograd.grad(loss, list(p.values()), allow_unused=True)
         # An unused parameter still gets a (zero) gradient, so every parameter has a send.
         grads = [g if g is not None else torch.zeros_like(v) for g, v in zip(grads, p.values())]

@@ -29,15 +29,12 @@ and is kept as a floor, ``step_peak_bytes``: ``M(b) = max(linear, floor)``.
 from __future__ import annotations
 
 import contextlib
-import importlib
-import importlib.util
-import inspect
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
-from dlsched.errors import DlschedError, ImportFailure
+from dlsched.errors import DlschedError
+from dlsched.factory import call_factory, training_loss
 
 from .memory import MemoryEstimate, optimizer_copies
 
@@ -56,63 +53,6 @@ class StepMeasurement:
     method: str
 
 
-def load_factory(spec: str):
-    """Resolve ``path/to/file.py:fn`` or ``package.module:fn`` to the callable.
-
-    Raises
-    ------
-    ImportFailure
-        Not of that form, missing file, or no such function.
-    """
-    if ":" not in spec:
-        raise ImportFailure(f"{spec}: --measure needs a PyTorch factory of the form file.py:fn or package.module:fn")
-    target, fn = spec.rsplit(":", 1)
-    try:
-        if target.endswith(".py"):
-            path = Path(target).resolve()
-            if not path.exists():
-                raise ImportFailure(f"{target}: no such file")
-            name = f"_dlsched_measure_{path.stem}_{abs(hash(str(path)))}"
-            module = sys.modules.get(name)
-            if module is None:
-                s = importlib.util.spec_from_file_location(name, path)
-                module = importlib.util.module_from_spec(s)
-                sys.modules[name] = module
-                s.loader.exec_module(module)
-        else:
-            module = importlib.import_module(target)
-    except ImportFailure:
-        raise
-    except Exception as e:  # user code can raise anything while importing
-        raise ImportFailure(f"{spec}: importing the factory failed ({type(e).__name__}: {e})") from None
-    factory = getattr(module, fn, None)
-    if not callable(factory):
-        raise ImportFailure(f"{spec}: {target} has no function {fn!r}")
-    return factory
-
-
-def _build(factory, spec: str, batch: int):
-    """Call the factory at ``batch``; returns (module, inputs tuple)."""
-    import torch
-
-    try:
-        takes_batch = "batch" in inspect.signature(factory).parameters
-    except (TypeError, ValueError):
-        takes_batch = False
-    try:
-        result = factory(batch=batch) if takes_batch else factory()
-        module, inputs = result
-    except Exception as e:
-        raise ImportFailure(f"{spec}: the factory failed or did not return (module, example_inputs) "
-                            f"({type(e).__name__}: {e})") from None
-    if not isinstance(inputs, (tuple, list)):
-        inputs = (inputs,)
-    if not takes_batch:  # resize the leading dimension by repetition
-        inputs = tuple(x[:1].repeat(batch, *([1] * (x.dim() - 1))) if isinstance(x, torch.Tensor) and x.dim()
-                       else x for x in inputs)
-    return module, tuple(inputs)
-
-
 def _make_optimizer(module, optimizer: str):
     import torch
 
@@ -123,16 +63,6 @@ def _make_optimizer(module, optimizer: str):
     if optimizer == "momentum":
         return torch.optim.SGD(params, lr=1e-3, momentum=0.9)
     return torch.optim.Adam(params, lr=1e-3)
-
-
-def _loss(out):
-    import torch
-
-    outs = out if isinstance(out, (tuple, list)) else (out,)
-    terms = [o.float().pow(2).mean() for o in outs if isinstance(o, torch.Tensor) and o.is_floating_point()]
-    if not terms:
-        raise DlschedError("the model returned no floating-point output to train on")
-    return sum(terms)
 
 
 def _tensor_bytes(tensors) -> int:
@@ -246,8 +176,7 @@ def measure_step(spec: str, batch: int, optimizer: str = "sgd", device: str = "c
         raise DlschedError("--device cuda: no CUDA device is available on this machine")
     if batch < 1:
         raise DlschedError(f"batch must be at least 1, got {batch}")
-    factory = load_factory(spec)
-    module, inputs = _build(factory, spec, batch)
+    module, inputs, _ = call_factory(spec, batch)
     module = module.to(device).train()
     shapes = [(x.shape, x.dtype) if isinstance(x, torch.Tensor) else None for x in inputs]
     # keep one sample of each input (token ids are reused); drop the full example batch
@@ -269,7 +198,7 @@ def measure_step(spec: str, batch: int, optimizer: str = "sgd", device: str = "c
 
     def step(b=batch, mark_cuda=False):
         opt.zero_grad(set_to_none=True)
-        loss = _loss(module(*make_inputs(b)))
+        loss = training_loss(module(*make_inputs(b)))
         loss.backward()
         del loss
         if mark_cuda:  # peak so far, then a fresh peak for the optimizer step
@@ -350,7 +279,7 @@ def measured_estimate(spec: str, batches=(2, 4), optimizer: str = "sgd", device:
     points = [measure_step(spec, b, optimizer, device, time_steps) for b in batches]
     import torch
 
-    module, _ = _build(load_factory(spec), spec, 1)
+    module, _, _ = call_factory(spec, 1)
     param_bytes = float(sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad))
     del module
     n = len(points)
