@@ -80,6 +80,8 @@ def _read_cluster(path: str):
         doc = yaml.safe_load(p.read_text())
     except yaml.YAMLError as e:
         raise DlschedError(f"{path}: not valid YAML ({e})".replace("\n", " ")) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise DlschedError(f"{path}: cannot read the cluster file ({getattr(e, 'strerror', None) or e})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("workers"), list) or not doc["workers"]:
         raise DlschedError(f"{path}: a cluster file needs a non-empty 'workers' list "
                            "(each with name and memory, and speed, oracle or times)")

@@ -214,3 +214,15 @@ def test_bad_device_spec_names_the_spec(model, tmp_path, yaml_text, needle):
 def test_device_spec_that_is_a_directory(model, tmp_path):
     assert_clean_error(run_cli("profile", model["dag"], "--analytic", "--device-spec", tmp_path, "-o",
                                tmp_path / "o.csv"), str(tmp_path), "cannot read the device spec")
+
+
+def test_cluster_file_that_is_a_directory(model, tmp_path):
+    assert_clean_error(run_cli("plan-batch", model["dag"], "--memory", "16GiB", "--cluster", tmp_path),
+                       str(tmp_path), "cannot read the cluster file")
+
+
+@pytest.mark.parametrize("jitter", ["1e6", "2.5"])
+def test_absurd_jitter_is_refused(model, jitter):
+    """σ = 1e6 used to give makespan 0 and E = 2.9 (item 12)."""
+    assert_clean_error(run_cli("simulate", model["dag"], "--oracle", model["oracle"], "--jitter", jitter,
+                               "--workers", "2"), "--jitter", "[0, 2]")

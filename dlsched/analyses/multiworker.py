@@ -29,7 +29,8 @@ Jitter: with ``jitter = σ > 0`` every op's time on every worker in every
 iteration is multiplied by an independent lognormal factor
 ``exp(σ·Z − σ²/2)``, ``Z ~ N(0, 1)`` (mean 1, so the oracle stays the mean
 time), seeded by ``seed``. ``σ = 0`` (default) gives identical iterations for
-enforced orders.
+enforced orders; ``σ`` above :data:`MAX_JITTER` is refused, since the median
+factor ``exp(−σ²/2)`` then rounds most ops down to nothing.
 
 Reported per iteration: the iteration time (slowest worker), each worker's
 makespan and scheduling efficiency ``E`` (against the single-worker bounds
@@ -52,6 +53,7 @@ from dlsched.errors import DlschedError
 from .simulate import SimGraph, compile_graph, transfer_ranks
 
 SHARING = ("serial", "fair")
+MAX_JITTER = 2.0
 
 
 @dataclass
@@ -323,8 +325,10 @@ def simulate_workers(graph: Graph, times: Mapping[str, float], workers: int = 2,
         raise DlschedError(f"--workers must be at least 1, got {workers}")
     if iterations < 1:
         raise DlschedError(f"--iterations must be at least 1, got {iterations}")
-    if not (jitter >= 0 and math.isfinite(jitter)):
-        raise DlschedError(f"--jitter must be a finite number ≥ 0, got {jitter}")
+    if not (0 <= jitter <= MAX_JITTER):
+        raise DlschedError(f"--jitter is the lognormal sigma of per-op noise and must lie in [0, {MAX_JITTER:g}], "
+                           f"got {jitter:g}; beyond that most ops take almost no time and rare draws carry the "
+                           "mean, which describes no real machine (measured op noise is typically below 0.3)")
     if sharing not in SHARING:
         raise DlschedError(f"unknown link sharing {sharing!r}; expected one of {', '.join(SHARING)}")
     from .bounds import bounds, efficiency
