@@ -8,17 +8,16 @@ over runs) are required; the profiler also writes ``runs``, ``median``,
 from __future__ import annotations
 
 import hashlib
-import math
 from pathlib import Path
 
 import pandas as pd
 
 from dlsched.dag import Graph
 from dlsched.errors import OracleError
+from dlsched.profiling.schema import COLUMNS, MAX_OP_SECONDS, is_valid_time
 
 from .atomic import atomic_open, atomic_path
 
-COLUMNS = ["op", "time", "runs", "median", "op_type", "resource", "source"]
 
 
 def write_oracle(df: pd.DataFrame, path: str | Path) -> None:
@@ -32,9 +31,6 @@ def write_oracle(df: pd.DataFrame, path: str | Path) -> None:
     else:
         with atomic_open(path, "w") as f:
             df.to_csv(f, index=False, float_format="%.9g")
-
-
-MAX_OP_SECONDS = 86_400.0
 
 
 def read_oracle(path: str | Path) -> pd.DataFrame:
@@ -67,16 +63,11 @@ def validate_frame(df: pd.DataFrame, where: str = "oracle") -> None:
             f"{where}: the oracle lacks the required column(s) {', '.join(missing)}; "
             f"an oracle needs 'op' (node name) and 'time' (seconds); it has: {', '.join(map(str, df.columns))}")
     times = pd.to_numeric(df["time"], errors="coerce")
-    bad = df.loc[times.isna() | (times < 0) | ~times.apply(lambda t: math.isfinite(t) if t == t else False), "op"]
+    bad = df.loc[~times.apply(is_valid_time), "op"]
     if len(bad):
         sample = ", ".join(map(str, bad.head(5)))
-        raise OracleError(f"{where}: {len(bad)} op(s) have a negative, NaN or non-numeric time (e.g. {sample}); "
-                          "times must be finite seconds ≥ 0")
-    # A day per op is already absurd; far larger times overflow the sums that bounds and simulation take.
-    huge = df.loc[times > MAX_OP_SECONDS, "op"]
-    if len(huge):
-        raise OracleError(f"{where}: {len(huge)} op(s) take more than {MAX_OP_SECONDS:.0f} s (e.g. "
-                          f"{', '.join(map(str, huge.head(5)))}); the times must be in seconds")
+        raise OracleError(f"{where}: {len(bad)} op(s) have a time that is negative, NaN, not a number or above "
+                          f"{MAX_OP_SECONDS:.0f} s (e.g. {sample}); times must be in seconds")
     dup = df["op"][df["op"].duplicated()]
     if len(dup):
         raise OracleError(f"{where}: op(s) listed more than once: {', '.join(map(str, dup.head(5)))}")

@@ -10,7 +10,8 @@ import pytest
 
 from dlsched.errors import DlschedError
 from dlsched.importers.onnx_importer import import_onnx
-from dlsched.profiling.onnx_profiler import COLUMNS, profile_onnx
+from dlsched.profiling.onnx_profiler import profile_onnx
+from dlsched.profiling.schema import COLUMNS
 
 
 def _plain_wall(path, feeds, runs=5):
@@ -33,7 +34,7 @@ def test_resnet50_cpu_profile(onnx_resnet50):
     g = import_onnx(onnx_resnet50, batch=8)
     calls = []
     df, missing = profile_onnx(onnx_resnet50, g, device="cpu", runs=5, progress=lambda d, t: calls.append((d, t)))
-    assert list(df.columns) == COLUMNS
+    assert list(df.columns) == list(COLUMNS)
     assert calls == [(i, 6) for i in range(1, 7)]
     ops = [op.name for op in g.compute_ops()]
     assert set(df.op) | set(missing) == set(ops) and not set(df.op) & set(missing)

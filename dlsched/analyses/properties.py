@@ -36,6 +36,7 @@ import networkx as nx
 
 from dlsched.dag import RECV, Graph
 from dlsched.errors import OracleError
+from dlsched.profiling.schema import MAX_OP_SECONDS, is_valid_time
 
 #: Bits of headroom for exact integer times: the sum of all times is < 2**60.
 _EXACT_BITS = 60
@@ -58,9 +59,10 @@ def check_times(graph: Graph, times: Mapping[str, float], names: Iterable[str] |
     if missing:
         raise OracleError(f"{where} misses {len(missing)} of the model's ops: {', '.join(missing[:10])}"
                           f"{' …' if len(missing) > 10 else ''}")
-    bad = [n for n in names if not (isinstance(times[n], (int, float)) and math.isfinite(times[n]) and times[n] >= 0)]
+    bad = [n for n in names if not is_valid_time(times[n])]
     if bad:
-        raise OracleError(f"{where} has negative, NaN or infinite times for: {', '.join(bad[:10])}")
+        raise OracleError(f"{where} has negative, NaN, infinite or absurd (> {MAX_OP_SECONDS:.0f} s) times for: "
+                          f"{', '.join(bad[:10])}")
 
 
 def exact_times(times: Mapping[str, float], names: Iterable[str]) -> dict[str, int]:

@@ -24,15 +24,16 @@ networkx), so a schedule of thousands of ops takes milliseconds.
 from __future__ import annotations
 
 import heapq
-import math
 import random
 from dataclasses import dataclass, field
 from typing import Mapping
 
 import numpy as np
 
-from dlsched.dag import COMPUTE, RECV, Graph
-from dlsched.errors import DlschedError, OracleError
+from dlsched.dag import RECV, Graph
+from dlsched.errors import DlschedError
+
+from .properties import check_times
 
 UNORDERED_MODES = ("random", "canonical")
 
@@ -76,14 +77,8 @@ def compile_graph(graph: Graph, times: Mapping[str, float]) -> SimGraph:
     ops = graph.ops()
     names = [op.name for op in ops]
     pos = {n: i for i, n in enumerate(names)}
-    missing = [n for n in names if n not in times]
-    if missing:
-        raise OracleError(f"the time oracle misses {len(missing)} op(s) of model {graph.name!r}: "
-                          f"{', '.join(missing[:5])}{' …' if len(missing) > 5 else ''}")
+    check_times(graph, times, names)
     dur = [float(times[n]) for n in names]
-    bad = [n for n, d in zip(names, dur) if not (d >= 0 and math.isfinite(d))]
-    if bad:
-        raise OracleError(f"the time oracle gives negative or non-finite times for: {', '.join(bad[:5])}")
     resources = graph.resources()
     rpos = {r: k for k, r in enumerate(resources)}
     succ: list[list[int]] = [[] for _ in names]

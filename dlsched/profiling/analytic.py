@@ -15,6 +15,7 @@ from dlsched.dag import COMPUTE, Graph
 
 from .device_specs import DeviceSpec
 from .flops import op_cost
+from .schema import oracle_frame, oracle_row
 
 
 def analytic_oracle(graph: Graph, spec: DeviceSpec) -> tuple[pd.DataFrame, dict[str, str]]:
@@ -51,7 +52,5 @@ def analytic_oracle(graph: Graph, spec: DeviceSpec) -> tuple[pd.DataFrame, dict[
         else:
             t = spec.network_latency + op.bytes / spec.network_bandwidth
             flops, moved = 0.0, float(op.bytes)
-        rows.append({"op": op.name, "time": t, "runs": 0, "median": t, "op_type": op.op_type,
-                     "resource": op.resource, "source": "analytic", "flops": flops, "bytes_moved": moved})
-    return pd.DataFrame(rows, columns=["op", "time", "runs", "median", "op_type", "resource", "source",
-                                       "flops", "bytes_moved"]), untimed
+        rows.append(oracle_row(op, t, runs=0, source="analytic", flops=flops, bytes_moved=moved))
+    return oracle_frame(rows, extra=["flops", "bytes_moved"]), untimed

@@ -46,6 +46,8 @@ import pandas as pd
 from dlsched.dag import Graph
 from dlsched.errors import DlschedError
 
+from .schema import oracle_frame, oracle_row
+
 DEFAULT_BANDWIDTH = "10Gbps"
 DEFAULT_LATENCY = "50us"
 DEFAULT_SIZES = (4 << 10, 64 << 10, 1 << 20, 8 << 20, 64 << 20)
@@ -98,9 +100,8 @@ def transfer_rows(graph: Graph, bandwidth: float, latency: float, source: str = 
         if op.kind == "compute":
             continue
         t = transfer_time(op.bytes, bandwidth, latency)
-        rows.append({"op": op.name, "time": t, "runs": 0, "median": t, "op_type": op.op_type or op.kind,
-                     "resource": op.resource, "source": source, "bytes": int(op.bytes)})
-    return pd.DataFrame(rows, columns=["op", "time", "runs", "median", "op_type", "resource", "source", "bytes"])
+        rows.append(oracle_row(op, t, runs=0, source=source, bytes=int(op.bytes)))
+    return oracle_frame(rows, extra=["bytes"])
 
 
 def fit_link(sizes, times) -> tuple[float, float]:

@@ -36,12 +36,13 @@ from bisect import bisect_right
 from pathlib import Path
 from typing import Callable
 
-from dlsched.dag import COMPUTE_RESOURCE, Graph
+from dlsched.dag import Graph
 from dlsched.errors import DlschedError
+
+from .schema import oracle_frame, oracle_row
 
 ACCUM_ELEMENTS_PER_SECOND = 1e9
 RESOLUTION = 1e-6
-COLUMNS = ["op", "time", "runs", "median", "op_type", "resource", "source"]
 _KERNEL = "_kernel_time"
 
 
@@ -189,7 +190,6 @@ def profile_onnx(path, graph: Graph, device: str = "cpu", runs: int = 5, warmup:
     import numpy as np
     import onnx
     import onnxruntime as ort
-    import pandas as pd
 
     from dlsched.importers.onnx_importer import node_names
 
@@ -265,10 +265,10 @@ def profile_onnx(path, graph: Graph, device: str = "cpu", runs: int = 5, warmup:
         if op.name in per_run:
             t = [max(x, RESOLUTION / 2) for x in per_run[op.name]]
             measured[op.name] = (min(t), statistics.median(t), runs)
-            rows.append((op.name, min(t), runs, statistics.median(t), op.op_type, op.resource, "profiled"))
+            rows.append(oracle_row(op, min(t), runs=runs, median=statistics.median(t), source="profiled"))
         elif op.name in folded or op.name in noops:
             measured[op.name] = (0.0, 0.0, runs)
-            rows.append((op.name, 0.0, runs, 0.0, op.op_type, op.resource, "analytic"))
+            rows.append(oracle_row(op, 0.0, runs=runs, source="analytic"))
         elif op.name not in op_types:
             missing[op.name] = f"no node named {op.name!r} in {path.name}; the graph was imported from another file"
         else:
@@ -282,13 +282,10 @@ def profile_onnx(path, graph: Graph, device: str = "cpu", runs: int = 5, warmup:
             recv = op.name.rsplit("/grad_accum", 1)[0]
             params = graph.op(recv).params if recv in graph else int(np.prod(op.output_shapes[0] or [1]))
             t = (int(op.attrs.get("inputs", 2)) - 1) * params / ACCUM_ELEMENTS_PER_SECOND
-            rows.append((op.name, t, runs, t, op.op_type, op.resource, "analytic"))
+            rows.append(oracle_row(op, t, runs=runs, source="analytic"))
         elif fwd in measured:
             t, med, n = measured[fwd]
-            rows.append((op.name, 2 * t, n, 2 * med, op.op_type, op.resource, "analytic"))
+            rows.append(oracle_row(op, 2 * t, runs=n, median=2 * med, source="analytic"))
         else:
             missing[op.name] = f"its forward op {fwd!r} has no time: {missing.get(fwd, 'not profiled')}"
-    df = pd.DataFrame(rows, columns=COLUMNS)
-    df["runs"] = df["runs"].astype(int)
-    df["resource"] = df["resource"].fillna(COMPUTE_RESOURCE)
-    return df, missing
+    return oracle_frame(rows), missing

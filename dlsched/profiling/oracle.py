@@ -19,8 +19,8 @@ import pandas as pd
 from dlsched.dag import Graph
 
 from .network import transfer_rows
+from .schema import oracle_frame, oracle_row
 
-FRAME_COLUMNS = ["op", "time", "runs", "median", "op_type", "resource", "source"]
 
 
 @dataclass
@@ -118,15 +118,10 @@ def assemble_oracle(graph: Graph, compute: pd.DataFrame | None, untimed: dict[st
                 extra.append(name)
                 continue
             op = compute_ops[name]
-            t = float(rec["time"])
-            rows[name] = {
-                "op": name, "time": t,
-                "runs": int(rec["runs"]) if pd.notna(rec.get("runs", None)) else 1,
-                "median": float(rec["median"]) if pd.notna(rec.get("median", None)) else t,
-                "op_type": rec.get("op_type") if isinstance(rec.get("op_type"), str) and rec.get("op_type") else op.op_type,
-                "resource": rec.get("resource") if isinstance(rec.get("resource"), str) and rec.get("resource") else op.resource,
-                "source": rec.get("source") if isinstance(rec.get("source"), str) and rec.get("source") else "profiled",
-            }
+            source = rec.get("source")
+            rows[name] = oracle_row(op, rec["time"], runs=rec["runs"] if pd.notna(rec.get("runs")) else 1,
+                                    median=rec["median"] if pd.notna(rec.get("median")) else None,
+                                    source=source if isinstance(source, str) and source else "profiled")
     defaulted: dict[str, str] = {}
     for name, op in compute_ops.items():
         if name in rows:
@@ -137,13 +132,12 @@ def assemble_oracle(graph: Graph, compute: pd.DataFrame | None, untimed: dict[st
             untimed[name] = reason
         else:
             defaulted[name] = reason
-            rows[name] = {"op": name, "time": float(default_time), "runs": 0, "median": float(default_time),
-                          "op_type": op.op_type, "resource": op.resource, "source": "default"}
+            rows[name] = oracle_row(op, default_time, runs=0, source="default")
     # Reasons for names that are not compute ops of this graph are not ours to report.
     untimed = {k: v for k, v in untimed.items() if k in compute_ops}
     xfer = transfer_rows(graph, bandwidth, latency)
     order = {op.name: op.index for op in graph.ops()}
-    comp_df = pd.DataFrame(list(rows.values()), columns=FRAME_COLUMNS)
+    comp_df = oracle_frame(rows.values())
     frame = pd.concat([comp_df, xfer], ignore_index=True) if len(xfer) else comp_df
     if "bytes" in frame:
         frame["bytes"] = frame["bytes"].fillna(0).astype("int64")

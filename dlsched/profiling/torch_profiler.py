@@ -28,6 +28,8 @@ from typing import Any, Callable
 from dlsched.dag import Graph
 from dlsched.errors import DlschedError
 
+from .schema import oracle_frame, oracle_row
+
 _COMPUTE_NODES = ("call_module", "call_function", "call_method")
 
 
@@ -177,7 +179,6 @@ def profile_torch(spec: str, graph: Graph, device: str = "cpu", runs: int = 5, w
     >>> bool((df["time"] <= df["median"]).all()), missing         # doctest: +SKIP
     (True, {})
     """
-    import pandas as pd
     import torch
 
     from dlsched.importers.torch_importer import trace_factory
@@ -228,10 +229,8 @@ def profile_torch(spec: str, graph: Graph, device: str = "cpu", runs: int = 5, w
         if len(ts) < runs:
             missing[op.name] = f"executed in {len(ts)} of {runs} runs (the traced graph skipped it)"
             continue
-        rows.append({"op": op.name, "time": min(ts), "runs": len(ts), "median": statistics.median(ts),
-                     "op_type": op.op_type, "resource": op.resource, "source": "profiled"})
-    df = pd.DataFrame(rows, columns=["op", "time", "runs", "median", "op_type", "resource", "source"])
-    return df, missing
+        rows.append(oracle_row(op, min(ts), runs=len(ts), median=statistics.median(ts), source="profiled"))
+    return oracle_frame(rows), missing
 
 
 __all__ = ["profile_torch", "timing_interpreter", "check_device"]
