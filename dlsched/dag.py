@@ -415,7 +415,7 @@ class Graph:
                 f"recv={len(self.recvs())} send={len(self.sends())}>")
 
 
-def add_gradient_sends(graph: Graph, producers: dict[str, str]) -> None:
+def add_gradient_sends(graph: Graph, producers: dict[str, str], frozen: Iterable[str] = ()) -> None:
     """Add one ``send`` op per parameter, fed by the op producing its gradient.
 
     Parameters
@@ -424,12 +424,18 @@ def add_gradient_sends(graph: Graph, producers: dict[str, str]) -> None:
         Parameter (recv op) name → name of the op whose output is its gradient.
         Send ops are named ``<param>/grad`` and take canonical indices after
         every existing op, in parameter declaration order.
+    frozen : iterable of str
+        Recv ops that are read but never trained (TF's non-trainable
+        variables): they get no send, and no gradient is expected for them.
     """
-    missing = [r.name for r in graph.recvs() if r.name not in producers]
+    frozen = set(frozen)
+    missing = [r.name for r in graph.recvs() if r.name not in producers and r.name not in frozen]
     if missing:
         raise GraphError(f"no gradient found for parameter(s): {', '.join(missing[:5])}")
     base = max((op.index for op in graph.ops()), default=-1) + 1
     for i, recv in enumerate(graph.recvs()):
+        if recv.name in frozen:
+            continue
         send = graph.add_op(
             f"{recv.name}/grad", SEND, index=base + i, op_type="Send",
             bytes=recv.bytes, params=recv.params, shape=recv.shape, param=recv.name,

@@ -50,7 +50,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlsched.dag import COMPUTE, RECV, SEND, Graph, dtype_size, uplink
+from dlsched.dag import COMPUTE, RECV, Graph, add_gradient_sends, dtype_size
 from dlsched.errors import ImportFailure
 
 REF_VARIABLE_OPS = {"VariableV2", "Variable"}
@@ -566,15 +566,9 @@ def _mark_phases(graph: Graph, prepared: PreparedGraph) -> None:
     forward = nx.ancestors(graph.nx, prepared.loss) | {prepared.loss}
     for op in graph.compute_ops():
         op.phase = "forward" if op.name in forward else "backward"
-    base = max(op.index for op in graph.ops()) + 1
-    for i, recv in enumerate(graph.recvs()):
-        producer = prepared.gradients.get(recv.name)
-        if producer is None:
-            continue  # non-trainable state: read, never sent back
-        send = graph.add_op(f"{recv.name}/grad", SEND, index=base + i, op_type="Send", bytes=recv.bytes,
-                            params=recv.params, shape=recv.shape, param=recv.name, dtypes=list(recv.dtypes),
-                            phase="backward", resource=uplink(0))
-        graph.add_edge(producer, send.name)
+    # Non-trainable state has no gradient: read, never sent back.
+    add_gradient_sends(graph, prepared.gradients,
+                       frozen=[r.name for r in graph.recvs() if r.name not in prepared.gradients])
     # tf.gradients also builds partial gradients nobody fetches (towards the input and
     # non-trainable statistics); TF's executor never runs them, so they leave the DAG.
     needed = {prepared.loss}
