@@ -226,3 +226,14 @@ def test_absurd_jitter_is_refused(model, jitter):
     """σ = 1e6 used to give makespan 0 and E = 2.9 (item 12)."""
     assert_clean_error(run_cli("simulate", model["dag"], "--oracle", model["oracle"], "--jitter", jitter,
                                "--workers", "2"), "--jitter", "[0, 2]")
+
+
+@pytest.mark.parametrize("args,option", [
+    (("plan-batch", "{dag}", "--memory", "1e400GiB"), "--memory"),
+    (("plan-cluster", "--param-bytes", "1e400GB", "--workers", "4", "--bandwidth", "10Gbps",
+      "--compute-time", "0.5"), "--param-bytes"),
+], ids=["plan-batch-memory", "plan-cluster-param-bytes"])
+def test_overflowing_sizes_are_refused(model, args, option):
+    """1e400 used to overflow into a traceback (item 6)."""
+    proc = run_cli(*[a.format(dag=model["dag"]) for a in args])
+    assert_clean_error(proc, option, "too large")
