@@ -8,12 +8,21 @@ and runs a few SGD steps through a ``tf.compat.v1.Session`` on the worker's targ
 with a full trace. Prints the observed read order and the losses.
 
     python examples/tf_cluster_example.py [--order reverse] [--window 1] [--no-hook] [--json]
+                                          [--steps N] [--timeout SECONDS]
+
+The server tasks never outlive this launcher (:mod:`dlsched.hooks.lifetime`):
+each one watches it (``--parent PID``) and ends as soon as it dies, even by
+SIGKILL, and while they run SIGTERM, SIGINT (Ctrl-C) or SIGHUP first kill both
+servers, then end the launcher (exit 143 / 130 / 129). ``--timeout`` bounds the
+servers' start-up and every session call, so a signal is acted on within it.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -25,6 +34,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 LAYERS = 5
 WIDTH = 256
+# Sessions not closed yet. Referenced here so that the unwinding after a signal (which has killed the
+# servers) does not close them: closing a session on dead servers blocks for the whole --timeout.
+OPEN_SESSIONS: list = []
 
 
 def free_port() -> int:
@@ -33,7 +45,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def serve(cluster: dict, job: str, task: int) -> None:
+def serve(cluster: dict, job: str, task: int, parent: int | None) -> None:
+    if parent is not None:  # before importing TF: a launcher killed during start-up is noticed too
+        from dlsched.hooks.lifetime import watch_launcher
+        watch_launcher(parent, name=f"the {job} server")
     import tensorflow as tf
     server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name=job, task_index=task, start=True)
     print("ready", flush=True)
@@ -64,7 +79,7 @@ def build(tf):
     return loss, train, names
 
 
-def client(target: str, order_kind: str, window: int, hook: bool, steps: int) -> dict:
+def client(target: str, order_kind: str, window: int, hook: bool, steps: int, timeout: float) -> dict:
     import tensorflow as tf
     tf.get_logger().setLevel("ERROR")
     tf.compat.v1.disable_eager_execution()
@@ -78,61 +93,105 @@ def client(target: str, order_kind: str, window: int, hook: bool, steps: int) ->
         init = tf.compat.v1.global_variables_initializer()
     opts = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
     losses, read_orders = [], []
-    with tf.compat.v1.Session(target, graph=graph) as sess:
-        sess.run(init)
-        for _ in range(steps):
-            md = tf.compat.v1.RunMetadata()
-            lv, _ = sess.run([loss, train], options=opts, run_metadata=md)
-            losses.append(float(lv))
-            starts = {}
-            for dev in md.step_stats.dev_stats:
-                for ns in dev.node_stats:
-                    if ns.node_name.endswith("/read") and ns.node_name[:-5] in names:
-                        starts[ns.node_name[:-5]] = (ns.all_start_micros, ns.all_start_micros + ns.all_end_rel_micros)
-            read_orders.append(sorted(starts, key=lambda n: starts[n]))
-            spans = starts
-        final = {n: sess.run(graph.get_tensor_by_name(n + ":0")).tolist() for n in names}
+    # every call is bounded: the launcher's signal handlers run only between calls. No `with`: after
+    # a signal main() ends the process without closing the session (see OPEN_SESSIONS)
+    config = tf.compat.v1.ConfigProto(operation_timeout_in_ms=int(timeout * 1000))
+    sess = tf.compat.v1.Session(target, graph=graph, config=config)
+    OPEN_SESSIONS.append(sess)
+    sess.run(init)
+    for _ in range(steps):
+        md = tf.compat.v1.RunMetadata()
+        lv, _ = sess.run([loss, train], options=opts, run_metadata=md)
+        losses.append(float(lv))
+        starts = {}
+        for dev in md.step_stats.dev_stats:
+            for ns in dev.node_stats:
+                if ns.node_name.endswith("/read") and ns.node_name[:-5] in names:
+                    starts[ns.node_name[:-5]] = (ns.all_start_micros, ns.all_start_micros + ns.all_end_rel_micros)
+        read_orders.append(sorted(starts, key=lambda n: starts[n]))
+        spans = starts
+    final = {n: sess.run(graph.get_tensor_by_name(n + ":0")).tolist() for n in names}
+    sess.close()
+    OPEN_SESSIONS.remove(sess)
     return {"order": order, "window": window, "hook": hook, "edges": len(edges), "losses": losses,
             "read_orders": read_orders, "last_spans": spans, "final": final}
+
+
+def wait_ready(procs: list, timeout: float) -> bool:
+    """Whether every server printed "ready" within ``timeout`` seconds (a server that died did not)."""
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([p.stdout], [], [], left)[0]:
+                return False
+            line = p.stdout.readline()
+            if not line:  # it exited
+                return False
+            if line.strip() == "ready":
+                break
+    return True
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--serve", nargs=3, metavar=("CLUSTER_JSON", "JOB", "TASK"), help=argparse.SUPPRESS)
+    ap.add_argument("--parent", type=int, help=argparse.SUPPRESS)  # a server: the launcher's pid
     ap.add_argument("--order", choices=["forward", "reverse"], default="forward")
     ap.add_argument("--window", type=int, default=1)
     ap.add_argument("--no-hook", action="store_true")
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--timeout", type=float, default=120,
+                    help="seconds the servers may take to start, and any one session call (default 120)")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--compare", action="store_true",
                     help="run unhooked, hooked forward and hooked reverse on the same cluster")
     a = ap.parse_args()
     if a.serve:
-        serve(json.loads(a.serve[0]), a.serve[1], int(a.serve[2]))
+        serve(json.loads(a.serve[0]), a.serve[1], int(a.serve[2]), a.parent)
         return 0
+    if not (a.timeout > 0 and math.isfinite(a.timeout)) or a.steps < 1:
+        print("dlsched: error: --timeout must be a finite number of seconds above 0, and --steps at least 1",
+              file=sys.stderr)
+        return 2
+    from dlsched.hooks.lifetime import children_die_with_launcher, kill_children
     cluster = {"ps": [f"localhost:{free_port()}"], "worker": [f"localhost:{free_port()}"]}
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-    procs = [subprocess.Popen([sys.executable, __file__, "--serve", json.dumps(cluster), job, "0"], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-             for job in ("ps", "worker")]
-    try:
-        deadline = time.monotonic() + 120
-        for p in procs:  # wait for "ready"
-            line = p.stdout.readline()
-            if "ready" not in line or time.monotonic() > deadline:
-                print("dlsched: error: a TF server task did not start", file=sys.stderr)
+    procs: list[subprocess.Popen] = []
+    ended_by = None  # the exit code when a signal ends the run
+    # from the first server on, SIGTERM / SIGINT / SIGHUP kill both servers before ending this process
+    with children_die_with_launcher(procs):
+        try:
+            for job in ("ps", "worker"):
+                # own session: a terminal's Ctrl-C reaches the launcher only, which then kills the servers
+                cmd = [sys.executable, __file__, "--serve", json.dumps(cluster), job, "0", "--parent", str(os.getpid())]
+                procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                              text=True, start_new_session=True))
+            if not wait_ready(procs, a.timeout):
+                print(f"dlsched: error: a TF server task did not start within {a.timeout:g} s", file=sys.stderr)
                 return 2
-        target = "grpc://" + cluster["worker"][0]
-        if a.compare:
-            runs = [client(target, "forward", a.window, False, a.steps),
-                    client(target, "forward", a.window, True, a.steps),
-                    client(target, "reverse", a.window, True, a.steps)]
-        else:
-            runs = [client(target, a.order, a.window, not a.no_hook, a.steps)]
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
+            target = "grpc://" + cluster["worker"][0]
+            if a.compare:
+                runs = [client(target, "forward", a.window, False, a.steps, a.timeout),
+                        client(target, "forward", a.window, True, a.steps, a.timeout),
+                        client(target, "reverse", a.window, True, a.steps, a.timeout)]
+            else:
+                runs = [client(target, a.order, a.window, not a.no_hook, a.steps, a.timeout)]
+        except KeyboardInterrupt:  # SIGINT; the servers are already dead (the handler killed them)
+            print("dlsched: interrupted", file=sys.stderr)
+            ended_by = 130
+        except SystemExit as e:  # SIGTERM or SIGHUP, likewise
+            ended_by = e.code if isinstance(e.code, int) else 1
+        finally:
+            for p in procs:
+                p.poll()
+            kill_children(procs)
+            for p in procs:
+                p.wait()
+    if ended_by is not None:  # skip closing OPEN_SESSIONS on dead servers
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(ended_by)
     for res in runs:
         print(f"hook={'on' if res['hook'] else 'off'} order={res['order'][0]}… window={a.window} "
               f"control edges added: {res['edges']}")

@@ -23,7 +23,7 @@ timeout and explicit deadlines). A peer that dies closes its gloo connections,
 so the survivors' pending transfers fail; each survivor raises
 :class:`PSTrainingError`, prints one line ``dlsched: error: ...`` and exits with
 code 2. :func:`launch_local` kills whatever is left after ``timeout``. The ranks
-also end with the launcher, even one killed by SIGKILL (:func:`watch_launcher`),
+also end with the launcher, even one killed by SIGKILL (:mod:`dlsched.hooks.lifetime`),
 and the launcher's job directory is deleted unless ``keep=True``.
 
 Bad input is refused before any process starts, with one message and no
@@ -50,14 +50,14 @@ Example
 Public API: :class:`PSConfig`, :func:`check_settings`, :func:`config_from_priority_file`,
 :func:`check_priority_file`, :func:`order_from_module`, :func:`ps_train` (run one
 rank in this process), :func:`launch_local` (spawn a whole cluster on localhost),
-:class:`PSRun`, :func:`watch_launcher`, :func:`reference_train` (the
-single-process equivalent), :class:`PSTrainingError`, :class:`PSConfigError`.
-The timeline format is :mod:`dlsched.hooks.timeline`.
+:class:`PSRun`, :func:`reference_train` (the single-process equivalent),
+:class:`PSTrainingError`, :class:`PSConfigError`; :func:`watch_launcher` is
+re-exported from :mod:`dlsched.hooks.lifetime`, which keeps the ranks from
+outliving the launcher. The timeline format is :mod:`dlsched.hooks.timeline`.
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import importlib.util
 import json
@@ -67,7 +67,6 @@ import os
 import random
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -79,6 +78,7 @@ from pathlib import Path
 
 from dlsched.errors import DlschedError, PriorityFileError
 
+from .lifetime import children_die_with_launcher, kill_children, watch_launcher
 from .timeline import IterationRecord, Timeline
 
 
@@ -732,124 +732,6 @@ def rank_env(ifname: str = "lo") -> dict:
                 PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
 
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-
-
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` is a running process; a zombie (dead, not yet reaped) is not."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: it exists
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat[stat.rindex(")") + 2] not in "ZX"
-    except (OSError, ValueError, IndexError):  # no /proc: trust kill()
-        return True
-
-
-def watch_launcher(launcher: int, interval: float = 0.5, deathsig: bool = True) -> None:
-    """End this process as soon as the process ``launcher`` dies, however it dies.
-
-    A rank that outlives its launcher would keep training (and holding its port
-    and cores) with nobody to collect the result or to stop it.
-
-    Parameters
-    ----------
-    launcher : int
-        The pid of the process that started this one.
-    interval : float
-        Seconds between two checks of the portable fallback.
-    deathsig : bool
-        On Linux, also ask the kernel to SIGKILL this process when its parent
-        dies (``prctl(PR_SET_PDEATHSIG)``), which acts at once and covers a
-        launcher killed by SIGKILL. ``False`` leaves only the fallback (tests).
-
-    Notes
-    -----
-    The fallback is a daemon thread that exits the process with code 2 once its
-    parent changes (it was re-parented: the parent died) or ``launcher`` is gone.
-    It also covers systems without ``prctl`` and a wrapper between launcher and
-    rank (the kernel signal follows the direct parent only). The death signal
-    follows the parent *thread*: :func:`launch_local` keeps the thread that
-    started the ranks blocked until they have ended.
-    """
-    if deathsig and sys.platform.startswith("linux"):
-        try:
-            import ctypes
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        except (OSError, AttributeError):  # no usable libc: the fallback still works
-            pass
-    parent = os.getppid()
-
-    def gone() -> bool:
-        return os.getppid() != parent or not _alive(launcher)
-
-    def stop():
-        print(f"dlsched: error: the launcher (pid {launcher}) is gone; this rank stops", file=sys.stderr, flush=True)
-        os._exit(2)
-
-    if gone():  # it died before the death signal was armed
-        stop()
-
-    def poll():
-        while not gone():
-            time.sleep(interval)
-        stop()
-
-    threading.Thread(target=poll, name="dlsched-launcher-watch", daemon=True).start()
-
-
-_STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, n))
-
-
-def _kill_ranks(procs: list) -> None:
-    """SIGKILL the process group of every rank not yet reaped (each leads its own session)."""
-    for p in procs:
-        if p.returncode is None:  # not reaped, so its pid and group id are still ours
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-
-@contextlib.contextmanager
-def _ranks_die_with_launcher(procs: list):
-    """While the job runs, SIGTERM, SIGINT or SIGHUP to the launcher first kill every rank.
-
-    Then the signal takes its course as an exception, so the ``finally`` blocks
-    that reap the ranks and remove the job directory run: the Python handler that
-    was there before is called (SIGINT's raises ``KeyboardInterrupt``), else
-    ``SystemExit(128 + signum)``, the shell's code for death by that signal.
-    Ignored signals (``nohup``) stay ignored. Only the main thread may set
-    handlers; elsewhere the ranks rely on :func:`watch_launcher` alone.
-    """
-    previous = {}
-
-    def handler(signum, frame):
-        _kill_ranks(procs)
-        prev = previous.get(signum)
-        if callable(prev):
-            prev(signum, frame)
-        raise SystemExit(128 + signum)
-
-    if threading.current_thread() is threading.main_thread():
-        for sig in _STOP_SIGNALS:
-            current = signal.getsignal(sig)
-            if current is signal.SIG_IGN or current is None:  # ignored on purpose, or owned by C code
-                continue
-            previous[sig] = current
-            signal.signal(sig, handler)
-    try:
-        yield
-    finally:
-        for sig, prev in previous.items():
-            signal.signal(sig, prev)
-
-
 def launch_local(cfg: PSConfig, timeout: float | None = None, workdir: str | None = None,
                  on_start=None, prefixes: list[list[str]] | None = None, env: list[dict] | None = None,
                  init_method: str | None = None, keep: bool = False) -> PSRun:
@@ -894,10 +776,10 @@ def launch_local(cfg: PSConfig, timeout: float | None = None, workdir: str | Non
 
     Notes
     -----
-    The ranks never outlive the launcher: each one ends within about a second
-    of the launcher's death, even by SIGKILL (:func:`watch_launcher`), and while
-    the job runs SIGTERM, SIGINT and SIGHUP first kill every rank, then end the
-    launcher with ``SystemExit(128 + signum)`` (SIGINT: ``KeyboardInterrupt``)
+    The ranks never outlive the launcher (:mod:`dlsched.hooks.lifetime`): each
+    one ends within about a second of the launcher's death, even by SIGKILL,
+    and while the job runs SIGTERM, SIGINT and SIGHUP first kill every rank,
+    then end the launcher with ``SystemExit(128 + signum)`` (SIGINT: ``KeyboardInterrupt``)
     after removing the job directory. Only SIGKILL of the launcher leaves that
     directory behind (nothing runs in a SIGKILLed process); the ranks are dead
     by then, so it holds parameters only if the job had already finished.
@@ -918,7 +800,7 @@ def launch_local(cfg: PSConfig, timeout: float | None = None, workdir: str | Non
                             f"({e.strerror or e})") from None
     procs: list[subprocess.Popen] = []
     # the handlers cover reading the results too, so a late SIGTERM still removes the directory
-    with _ranks_die_with_launcher(procs):
+    with children_die_with_launcher(procs):
         try:
             run = _run_job(cfg, tmp, procs, timeout, on_start, prefixes, env, init_method)
         except PSTrainingError as err:
@@ -960,7 +842,7 @@ def _run_job(cfg: PSConfig, tmp: str, procs: list, timeout, on_start, prefixes, 
     finally:
         for p in procs:
             p.poll()
-        _kill_ranks(procs)
+        kill_children(procs)
         for p in procs:
             p.wait()
     codes = [p.returncode for p in procs]
@@ -993,7 +875,8 @@ def main(argv=None) -> int:
     ap.add_argument("--parent", type=int, help="pid of the launcher: this rank ends as soon as it does")
     a = ap.parse_args(argv)
     if a.parent is not None:
-        watch_launcher(a.parent)  # first, so the rank never outlives a launcher killed during start-up
+        # first, so the rank never outlives a launcher killed during start-up
+        watch_launcher(a.parent, name="this rank")
     try:
         import torch
         cfg = PSConfig(**json.loads(Path(a.config).read_text()))
