@@ -42,3 +42,20 @@ def assert_clean_error(proc: subprocess.CompletedProcess, *needles: str) -> None
 @pytest.fixture(scope="session")
 def cache_dir() -> Path:
     return CACHE
+
+
+def marked_processes(marker: str, argv_part: bytes) -> dict[int, list[bytes]]:
+    """Live processes whose command line holds ``argv_part`` and whose environment sets
+    ``DLSCHED_TEST_MARKER=marker``: pid → argv. A zombie's environ reads empty, so it is not counted."""
+    found = {}
+    needle = f"DLSCHED_TEST_MARKER={marker}".encode()
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            argv = (d / "cmdline").read_bytes()
+            if argv_part in argv and needle in (d / "environ").read_bytes():
+                found[int(d.name)] = argv.split(b"\x00")
+        except OSError:  # gone meanwhile, or not ours
+            continue
+    return found

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, marked_processes
 
 pytestmark = [pytest.mark.timeout(120),
               pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="scans the /proc process table")]
@@ -35,16 +35,10 @@ SERVE = b"\x00--serve\x00"  # in /proc/PID/cmdline: a server, not the launcher
 def _servers(marker: str) -> dict[int, dict]:
     """Live server processes carrying ``marker``: pid -> the cluster spec from their command line."""
     found = {}
-    needle = f"DLSCHED_TEST_MARKER={marker}".encode()
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
+    for pid, argv in marked_processes(marker, SERVE).items():
         try:
-            argv = (d / "cmdline").read_bytes()
-            if SERVE in argv and needle in (d / "environ").read_bytes():  # a zombie's environ is empty
-                args = argv.split(b"\x00")
-                found[int(d.name)] = json.loads(args[args.index(b"--serve") + 1])
-        except (OSError, ValueError):  # gone meanwhile, or not ours
+            found[pid] = json.loads(argv[argv.index(b"--serve") + 1])
+        except (ValueError, IndexError):  # not a server's command line after all
             continue
     return found
 

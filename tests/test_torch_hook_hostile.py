@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, assert_clean_error
+from tests.conftest import REPO, assert_clean_error, marked_processes
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -44,18 +44,8 @@ TIMEOUT = 10  # the job's per-transfer timeout in the signal tests; ranks must b
 # -- helpers ---------------------------------------------------------------------------------------
 
 def _marked(marker: str) -> list[int]:
-    """Pids of live rank processes whose environment holds ``marker`` (zombies have an empty environ)."""
-    pids = []
-    needle = f"DLSCHED_TEST_MARKER={marker}".encode()
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            if RANK_MODULE in (d / "cmdline").read_bytes() and needle in (d / "environ").read_bytes():
-                pids.append(int(d.name))
-        except OSError:  # gone meanwhile, or not ours
-            continue
-    return pids
+    """Pids of live rank processes whose environment holds ``marker``."""
+    return sorted(marked_processes(marker, RANK_MODULE))
 
 
 def _wait_until(predicate, seconds: float, step: float = 0.2) -> bool:
