@@ -1,9 +1,10 @@
-"""Build TensorFlow example models for dlsched: Keras ResNet50/VGG16 and a TF1 graph.
+"""Build TensorFlow example models for dlsched: Keras ResNet50/VGG16, a Keras corpus, a TF1 graph.
 
 Usage::
 
     python examples/build_keras.py [OUT_DIR] [--models resnet50,vgg16] [--batch N]
     python examples/build_keras.py OUT_DIR --tf1      # the small TF1-style graph
+    python examples/build_keras.py OUT_DIR --corpus mobilenetv2,inceptionv3
 
 ``OUT_DIR`` defaults to ``$DLSCHED_CACHE`` or ``.cache/models``. Weights are
 random (``weights=None``); nothing is downloaded.
@@ -24,6 +25,13 @@ For each Keras model NAME it writes
 - ``NAME_keras.json``: Keras's own figures (``count_params()``, trainable
   parameters, variable names) that tests check the importers against; dlsched
   itself never reads it.
+
+``--corpus NAME`` (``mobilenetv2``, ``inceptionv3``) saves a Keras model the two
+ways users save one, at a small input (MobileNetV2 96×96, InceptionV3 75×75,
+its minimum; batch ``None``): ``NAME_tf_saved_model/`` by
+``tf.saved_model.save(model, d)`` and ``NAME_export/`` by ``model.export(d)``,
+plus ``NAME_corpus.json`` with ``count_params()``. Nothing is wrapped or
+renamed: these are the files a user would hand to dlsched.
 
 ``--tf1`` writes ``tf1_mlp.pb``, ``tf1_mlp.pbtxt`` (``VariableV2`` + ``…/read``,
 initialisers and a ``Saver``) and ``tf1_mlp_frozen.pb`` (variables folded into
@@ -159,6 +167,68 @@ def build(name: str, out_dir: str | os.PathLike | None = None, batch: int | None
     return paths
 
 
+# -- the Keras corpus: models saved as users save them --------------------------
+
+CORPUS = {"mobilenetv2": (96, 96, 3), "inceptionv3": (75, 75, 3)}  # InceptionV3 accepts nothing smaller
+SAVE_STYLES = ("tf_saved_model", "export")
+
+
+def corpus_paths(name: str, out_dir: str | os.PathLike | None = None) -> dict[str, Path]:
+    """Where :func:`build_corpus` writes ``name``: one folder per save style, and ``counts``."""
+    out_dir = Path(out_dir or default_out_dir())
+    paths = {style: out_dir / f"{name}_{style}" for style in SAVE_STYLES}
+    paths["counts"] = out_dir / f"{name}_corpus.json"
+    return paths
+
+
+def build_corpus(name: str, out_dir: str | os.PathLike | None = None, force: bool = False) -> dict[str, Path]:
+    """Save Keras ``name`` with ``tf.saved_model.save`` and with ``model.export`` (skipped if present).
+
+    Parameters
+    ----------
+    name : {"mobilenetv2", "inceptionv3"}
+    out_dir : path, optional
+        Defaults to ``$DLSCHED_CACHE`` or ``.cache/models``.
+    force : bool
+        Rebuild even when the files exist.
+
+    Returns
+    -------
+    dict
+        ``tf_saved_model`` and ``export`` → the SavedModel folders, ``counts`` →
+        ``NAME_corpus.json`` with Keras's ``count_params()`` and input shape.
+    """
+    if name not in CORPUS:
+        raise ValueError(f"unknown corpus model {name!r}; expected one of {', '.join(CORPUS)}")
+    out_dir = Path(out_dir or default_out_dir())
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = corpus_paths(name, out_dir)
+    if not force and paths["counts"].exists() and all((paths[s] / "saved_model.pb").exists() for s in SAVE_STYLES):
+        return paths
+
+    import keras
+    import tensorflow as tf
+
+    ctor = {"mobilenetv2": keras.applications.MobileNetV2, "inceptionv3": keras.applications.InceptionV3}[name]
+    model = ctor(weights=None, input_shape=CORPUS[name])
+    savers = {"tf_saved_model": lambda d: tf.saved_model.save(model, d),
+              "export": lambda d: model.export(d, verbose=False)}
+    for style, save in savers.items():
+        tmp_dir = Path(tempfile.mkdtemp(prefix=f".{paths[style].name}.", dir=out_dir))
+        save(str(tmp_dir))
+        if paths[style].exists():
+            shutil.rmtree(paths[style], ignore_errors=True)
+        try:
+            os.replace(tmp_dir, paths[style])
+        except OSError:  # another process won the race; its copy is as good as ours
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{paths['counts'].name}.", dir=out_dir)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"count_params": int(model.count_params()), "input_shape": list(CORPUS[name])}, f, indent=1)
+    os.replace(tmp, paths["counts"])
+    return paths
+
+
 # -- the TF1-style graph ------------------------------------------------------
 
 TF1_VARIABLES = {  # name → shape, in declaration order
@@ -223,12 +293,18 @@ def main(argv=None) -> None:
     ap.add_argument("--models", default=",".join(MODELS), help="comma-separated: resnet50,vgg16")
     ap.add_argument("--batch", type=int, default=None, help="fix the batch dimension (default: symbolic)")
     ap.add_argument("--tf1", action="store_true", help="write the small TF1 VariableV2 graphs instead")
+    ap.add_argument("--corpus", default=None, help="comma-separated: save mobilenetv2,inceptionv3 both ways instead")
     ap.add_argument("--force", action="store_true", help="rebuild existing files")
     args = ap.parse_args(argv)
     out = Path(args.out_dir or default_out_dir())
     out.mkdir(parents=True, exist_ok=True)
     if args.tf1:
         _write_tf1(out)
+        return
+    if args.corpus:
+        for name in filter(None, args.corpus.split(",")):
+            for kind, path in build_corpus(name, out, force=args.force).items():
+                print(f"{name} {kind}: {path}")
         return
     for name in filter(None, args.models.split(",")):
         for kind, path in build(name, out, batch=args.batch, force=args.force).items():

@@ -3,6 +3,15 @@
 Models are built by ``examples/build_keras.py`` in a subprocess (Keras and the
 TF1 graph mode stay out of the test process) into ``tests.conftest.CACHE``;
 files are written atomically, so concurrent test runs share them safely.
+
+It also holds the ``tf_onednn`` marker. TensorFlow reads ``TF_ENABLE_ONEDNN_OPTS``
+once, at import, and the setting decides which kernels get fused, so the TF
+profiler and timeline tests must pass with it on and off, each in a process of
+its own. ``tests/test_tf_onednn.py`` runs the marked tests in two pytest
+subprocesses (``=0`` and ``=1``); when it is collected in the same session,
+the marked tests are skipped in the main process, so they run twice, not three
+times. Run alone (``pytest tests/test_tf_profiler.py``), they run in-process
+under whatever setting the environment has.
 """
 from __future__ import annotations
 
@@ -16,6 +25,23 @@ import pytest
 from tests.conftest import CACHE, REPO
 
 BUILD = REPO / "examples" / "build_keras.py"
+ONEDNN_RUN_ENV = "DLSCHED_TEST_ONEDNN"  # set to "0"/"1" in the runner's subprocesses
+ONEDNN_RUNNER = "test_tf_onednn.py"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "tf_onednn: a TF profiler/timeline test, run with TF_ENABLE_ONEDNN_OPTS=0 "
+                                       "and =1 in subprocesses by tests/test_tf_onednn.py")
+
+
+@pytest.hookimpl(trylast=True)  # after -k/-m deselection: a deselected runner runs nothing
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get(ONEDNN_RUN_ENV) or not any(item.path.name == ONEDNN_RUNNER for item in items):
+        return
+    skip = pytest.mark.skip(reason=f"runs in the TF_ENABLE_ONEDNN_OPTS=0 and =1 subprocesses of tests/{ONEDNN_RUNNER}")
+    for item in items:
+        if item.get_closest_marker("tf_onednn"):
+            item.add_marker(skip)
 
 
 def _build_keras(name: str) -> dict:
@@ -49,3 +75,20 @@ def tf1_graphs() -> dict:
     paths = build_tf1(CACHE)
     paths["variables"] = TF1_VARIABLES
     return paths
+
+
+@pytest.fixture(scope="session")
+def keras_corpus():
+    """``build(name)`` → the corpus model's SavedModel folders (``tf_saved_model``, ``export``) and counts."""
+    from examples.build_keras import SAVE_STYLES, corpus_paths
+
+    def build(name: str) -> dict:
+        paths = corpus_paths(name, CACHE)
+        if not (paths["counts"].exists() and all((paths[s] / "saved_model.pb").exists() for s in SAVE_STYLES)):
+            env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+            subprocess.run([sys.executable, str(BUILD), str(CACHE), "--corpus", name], check=True, env=env,
+                           capture_output=True, text=True, timeout=900)
+        paths["keras"] = json.loads(paths["counts"].read_text())
+        return paths
+
+    return build

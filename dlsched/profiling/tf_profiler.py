@@ -8,19 +8,29 @@ the importer prepares it (same node names, same training ops), imported into a
 on; ``all_end_rel_micros`` when nanos are absent). After ``warmup`` untraced
 runs, ``runs`` traced runs give the minimum (``time``) and the median.
 
-To keep step-stats names equal to DAG op names, grappler is switched off
-(``rewrite_options.disable_meta_optimizer``) and the classic graph optimiser runs
-at ``L0`` (no constant folding, no common-subexpression elimination); one
+To keep step-stats names equal to DAG op names, Grappler runs only its
+remapper (``rewrite_options.optimizers = ["remap"]``: no constant folding,
+pruning, arithmetic or layout rewrites) and the classic graph optimiser runs at
+``L0`` (no constant folding, no common-subexpression elimination); one
 inter-op thread makes ops run one after another, as the oracle assumes
-(each op on a dedicated resource). Variables are initialised with small random
+(each op on a dedicated resource).
+
+Fusion stays on: a user's real step runs Grappler's remapper and, on CPUs
+where oneDNN is active, oneDNN's graph rewrite, so Conv2D + BiasAdd, MatMul +
+BiasAdd + Relu … run as one kernel that carries one node's name. Profiling
+without them would time kernels the real step never runs. The kernel's time
+goes to the convolution or matmul and the other nodes of the chain get a row
+with time 0, listed in ``df.attrs["fused"]`` as "fused into X"
+(:mod:`dlsched.profiling.tf_fusion`, shared with the timeline import), so per-op
+totals stay what ran. Variables are initialised with small random
 values (timings do not depend on them); fed placeholders get random inputs
 with the graph's batch (``graph.source["batch"]``, else 1 for a symbolic
 batch dimension).
 
 Merged reads (``ReadVariableOp``, ``…/read``) and variable nodes belong to
-their recv and get no row. Compute ops without stats are returned with a
-reason (a fed placeholder runs no kernel; an op the fetched outputs do not
-need never runs).
+their recv and get no row. Compute ops without stats (and not fused into a
+kernel) are returned with a reason (a fed placeholder runs no kernel; an op
+the fetched outputs do not need never runs).
 
 Example
 -------
@@ -31,6 +41,7 @@ Example
 """
 from __future__ import annotations
 
+import re
 import statistics
 from pathlib import Path
 from typing import Callable
@@ -43,7 +54,8 @@ MIN_TIME = 1e-9  # a traced kernel shorter than the clock's resolution still cos
 
 def _session_config(tf, device: str):
     config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=1, allow_soft_placement=True)
-    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    # Only the remapper: its fusions are what real steps run; every other rewrite would rename or drop nodes.
+    config.graph_options.rewrite_options.optimizers.append("remap")
     config.graph_options.optimizer_options.opt_level = tf.compat.v1.OptimizerOptions.L0
     config.graph_options.optimizer_options.do_function_inlining = False
     if device == "cpu":
@@ -135,8 +147,15 @@ class TFSession:
         self.session.close()
 
 
-def node_times(meta) -> dict[str, float]:
-    """Seconds per node name from one run's step stats (kernel start to outputs handed on)."""
+_LABEL_OP = re.compile(r"= ([\w>]+)\(")  # "[mklcpu 1MB 1MB] name = _MklNativeFusedConv2D(in, …)"
+
+
+def node_times(meta, kernel_ops: dict | None = None) -> dict[str, float]:
+    """Seconds per node name from one run's step stats (kernel start to outputs handed on).
+
+    With ``kernel_ops``, also record each entry's kernel op type (from its
+    ``timeline_label``) under its node name, for :func:`~dlsched.profiling.tf_fusion.split_fused`.
+    """
     times: dict[str, float] = {}
     for dev in meta.step_stats.dev_stats:
         if "/stream:" in dev.device or "/memcpy" in dev.device:
@@ -148,6 +167,10 @@ def node_times(meta) -> dict[str, float]:
             else:
                 t = ns.all_end_rel_micros * 1e-6
             times[name] = times.get(name, 0.0) + t
+            if kernel_ops is not None:
+                m = _LABEL_OP.search(ns.timeline_label)
+                if m:
+                    kernel_ops.setdefault(name, m.group(1))
     return times
 
 
@@ -176,8 +199,10 @@ def profile_tf(path, graph: Graph, device: str = "cpu", runs: int = 5, warmup: i
     -------
     (pandas.DataFrame, dict)
         Rows ``op, time, runs, median, op_type, resource, source`` (seconds,
-        ``source="profiled"``), one per compute op that produced stats, in
-        canonical order; and compute op name → why it has no row.
+        ``source="profiled"``), one per compute op that produced stats or was
+        fused into a kernel that did (time 0), in canonical order; and compute
+        op name → why it has no row. ``df.attrs["fused"]`` maps each fused op to
+        "fused into X: …" (X holds the kernel's time).
 
     Raises
     ------
@@ -200,8 +225,11 @@ def profile_session(sess: TFSession, graph: Graph, runs: int = 5, warmup: int = 
 
     import pandas as pd
 
+    from .tf_fusion import split_fused
+
     total = warmup + runs
     samples: dict[str, list] = {}
+    kernel_ops: dict[str, str] = {}
     plain, traced = [], []
     for i in range(total):
         try:
@@ -217,7 +245,7 @@ def profile_session(sess: TFSession, graph: Graph, runs: int = 5, warmup: int = 
             raise DlschedError(f"{sess.prepared.path}: TensorFlow failed to run the graph ({type(e).__name__}: "
                                f"{str(e).splitlines()[0] if str(e) else ''})") from None
         if meta is not None:
-            for name, t in node_times(meta).items():
+            for name, t in node_times(meta, kernel_ops).items():
                 samples.setdefault(name, []).append(t)
         if progress:
             progress(i + 1, total)
@@ -226,9 +254,14 @@ def profile_session(sess: TFSession, graph: Graph, runs: int = 5, warmup: int = 
         sess.run(trace=False)
         plain.append(time.perf_counter() - t0)
     fed = set(sess.prepared.inputs)
+    samples, fused = split_fused(graph, samples, kernel_ops, exclude=fed)
     rows, missing = [], {}
     for op in graph.compute_ops():
         ts = samples.get(op.name)
+        if op.name in fused:  # its work was timed on the op named in the reason
+            rows.append({"op": op.name, "time": 0.0, "runs": len(ts), "median": 0.0, "op_type": op.op_type,
+                         "resource": op.resource, "source": "profiled"})
+            continue
         if not ts:
             if op.name in fed:
                 missing[op.name] = "fed input placeholder: its value is fed, no kernel runs"
@@ -240,6 +273,7 @@ def profile_session(sess: TFSession, graph: Graph, runs: int = 5, warmup: int = 
                      "resource": op.resource, "source": "profiled"})
     cols = ["op", "time", "runs", "median", "op_type", "resource", "source"]
     df = pd.DataFrame(rows, columns=cols)
+    df.attrs["fused"] = {name: f.reason for name, f in fused.items()}
     df.attrs["plain_wall"] = plain
     df.attrs["traced_wall"] = traced
     return df, missing

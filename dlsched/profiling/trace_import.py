@@ -6,11 +6,13 @@ Two matchers, tried in this order:
    event's ``args.name`` is the GraphDef node name; a fed placeholder ``x``
    appears as ``_arg_x_0_0``), TF profiler traces (``args.long_name``
    ``node:Type``) and any Chrome trace whose event names are DAG op names.
-   Ops that Grappler fused into a ``_Fused*`` node (MatMul + BiasAdd + Relu
-   become one ``_FusedMatMul`` named after the Relu) have no event of their
-   own: they get time 0, as the fused node's time covers their work, and are
-   listed under ``fused`` in the coverage. Used when it matches at least half
-   of the compute ops.
+   Ops that TensorFlow ran as one fused kernel (Grappler's remapper: MatMul +
+   BiasAdd + Relu become one ``_FusedMatMul`` event named after the Relu;
+   oneDNN: ``_MklNativeFusedMatMul``, ``_MklNativeConv2DWithBias`` …) are split
+   by :mod:`dlsched.profiling.tf_fusion`, the rule the TF profiler uses too:
+   the kernel's time goes to the convolution or matmul, the other ops of the
+   chain get time 0 and are listed under ``fused`` in the coverage (op → the
+   op holding the time). Used when it matches at least half of the compute ops.
 2. **By type and order** — PyTorch profiler (Kineto) Chrome traces, whose
    events are named after aten ops (``aten::conv2d``) and, with
    ``with_modules=True``/``with_stack=True``, module calls
@@ -164,14 +166,16 @@ def match_by_name(events: list[dict], graph: Graph) -> tuple[dict, Counter, dict
     -------
     (dict, Counter, dict)
         ``{op: [seconds, …]}``, the other event names counted, and
-        ``{op: fused op}`` for ops TF's Grappler fused into another node
-        (``_FusedMatMul``, ``_FusedConv2D``…): the fused node's event carries
-        their work, so they get time 0 (and are listed in the coverage).
+        ``{op: Fusion}`` for ops TensorFlow ran inside another op's fused kernel
+        (:func:`~dlsched.profiling.tf_fusion.split_fused`): they get zeros, the
+        op doing the work gets the kernel's time.
     """
+    from .tf_fusion import split_fused
+
     compute = {op.name for op in graph.compute_ops()}
     samples: dict[str, list[float]] = {}
+    kernel_ops: dict[str, str] = {}
     unknown: Counter = Counter()
-    fused_nodes = set()
     for e in events:
         hit = next((k for k in _name_keys(e) if k in compute), None)
         if hit is None:
@@ -179,19 +183,11 @@ def match_by_name(events: list[dict], graph: Graph) -> tuple[dict, Counter, dict
                 unknown[e["name"]] += 1
             continue
         samples.setdefault(hit, []).append(e["dur"] * 1e-6)
-        if str((e.get("args") or {}).get("op", "")).startswith("_Fused"):
-            fused_nodes.add(hit)
-    absorbed: dict[str, str] = {}
-    for target in sorted(fused_nodes):
-        stack = list(graph.predecessors(target))
-        while stack:
-            p = stack.pop()
-            if p in compute and p not in samples and p not in absorbed:
-                absorbed[p] = target
-                stack.extend(graph.predecessors(p))
-    for p, target in absorbed.items():
-        samples[p] = [0.0] * len(samples[target])
-    return samples, unknown, absorbed
+        kernel_op = (e.get("args") or {}).get("op")
+        if isinstance(kernel_op, str):  # TF timelines say which kernel ran; other traces do not
+            kernel_ops.setdefault(hit, kernel_op)
+    samples, fused = split_fused(graph, samples, kernel_ops)
+    return samples, unknown, fused
 
 
 def _nest(events: list[dict]) -> list[tuple[dict, list]]:
@@ -365,6 +361,7 @@ def import_trace(path: str | Path, graph: Graph) -> TraceImport:
             samples, unknown, matcher, iterations = a_samples, a_unknown, "type-alignment", a_iter
             fused = {}
     frame = _rows(graph, samples)
+    frame.attrs["fused"] = {name: f.reason for name, f in fused.items()}
     untimed = {}
     for op in compute:
         if op.name not in samples:
@@ -380,7 +377,7 @@ def import_trace(path: str | Path, graph: Graph) -> TraceImport:
         "fraction": (len(frame) / n) if n else 1.0,
         "iterations": iterations,
         "unmatched_ops": [op.name for op in compute if op.name not in samples],
-        "fused": fused,
+        "fused": {name: f.work for name, f in fused.items()},
         "unknown_events": dict(unknown.most_common(50)),
         "unknown_event_count": int(sum(unknown.values())),
     }

@@ -1,0 +1,62 @@
+"""Keras corpus: MobileNetV2 and InceptionV3 saved the way users save them, through the CLI.
+
+Each model is saved with ``tf.saved_model.save(model, d)`` and with
+``model.export(d)`` (``examples/build_keras.py --corpus``, weights=None, small
+inputs) and goes through the commands a user runs: ``inspect --json`` (the
+parameter total is Keras's ``count_params()``), ``profile``, ``order --algo tac``
+and ``simulate``. ``inspect --save`` writes the DAG once, and ``order`` and
+``simulate`` read that ``.dag.json``, as the README suggests, instead of
+re-importing the SavedModel.
+
+These run in the main test process, under the machine's oneDNN setting: the
+``dlsched`` commands run in their own processes anyway, and the fused-kernel
+rule they rely on is covered in both oneDNN settings by the ``tf_onednn``
+tests (``tests/test_tf_onednn.py``); running the corpus twice would add about
+a minute for no new path.
+"""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from tests.conftest import run_cli
+
+BATCH = "2"
+
+
+def _json(proc):
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("style", ["tf_saved_model", "export"])
+@pytest.mark.parametrize("name", ["mobilenetv2", "inceptionv3"])
+def test_keras_model_through_the_cli(name, style, keras_corpus, tmp_path):
+    paths = keras_corpus(name)
+    model = paths[style]
+    dag = tmp_path / "m.dag.json"
+    info = _json(run_cli("inspect", model, "--batch", BATCH, "--save", dag, "--json"))
+    assert info["param_count"] == paths["keras"]["count_params"]
+    assert dag.exists()
+
+    oracle = tmp_path / "oracle.csv"
+    prof = _json(run_cli("profile", model, "--batch", BATCH, "-o", oracle, "--json"))
+    assert prof["untimed"] == {} and prof["timed"] == prof["compute_ops"] == info["compute_ops"]
+    df = pd.read_csv(oracle)
+    compute = df[df["source"] == "profiled"].set_index("op")
+    assert len(compute) == info["compute_ops"]
+    for op, why in prof["fused"].items():  # fused into another op's kernel: a 0 row, its time on X
+        into = why.split()[2].rstrip(":")
+        assert compute.loc[op, "time"] == 0 and compute.loc[into, "time"] > 0, why
+    assert (compute.drop(index=list(prof["fused"]))["time"] > 0).all()
+
+    prio = tmp_path / "prio.json"
+    order = _json(run_cli("order", dag, "--algo", "tac", "--oracle", oracle, "-o", prio, "--json"))
+    assert prio.exists() and order["makespan"] > 0, order
+
+    sim = _json(run_cli("simulate", dag, "--oracle", oracle, "--priorities", prio, "--json"))
+    assert sim["makespan"] == pytest.approx(order["makespan"], rel=1e-9)
+    assert sim["lower"] <= sim["makespan"] <= sim["upper"] and 0 < sim["efficiency"] <= 1, sim
