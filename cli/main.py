@@ -13,7 +13,6 @@ import sys
 
 # Silence framework log spam before anything can import them.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 os.environ.setdefault("KMP_WARNINGS", "0")
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 

@@ -47,6 +47,7 @@ Example
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,7 +110,23 @@ class PreparedGraph:
 
 
 def _tf():
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    """TensorFlow, imported quietly the first time.
+
+    Its start-up lines (the oneDNN notice, absl's "before InitializeLog"
+    warning) are written by C++ before ``TF_CPP_MIN_LOG_LEVEL`` applies, so
+    the import runs with file descriptor 2 pointed at /dev/null.
+    """
+    if "tensorflow" not in sys.modules:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+        sys.stderr.flush()
+        saved = os.dup(2)
+        try:
+            with open(os.devnull, "w") as null:
+                os.dup2(null.fileno(), 2)
+            import tensorflow  # noqa: F401
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
     import tensorflow as tf
 
     return tf
