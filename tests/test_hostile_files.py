@@ -237,3 +237,18 @@ def test_overflowing_sizes_are_refused(model, args, option):
     """1e400 used to overflow into a traceback (item 6)."""
     proc = run_cli(*[a.format(dag=model["dag"]) for a in args])
     assert_clean_error(proc, option, "too large")
+
+
+def test_tensorflow_out_of_memory_is_named(tmp_path):
+    """A step that cannot allocate its tensors is reported as out of memory, with the batch (item 15)."""
+    tf = pytest.importorskip("tensorflow")
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4], name="x")
+        w = tf.Variable(tf.ones([4, 4]), name="w")
+        tf.reduce_sum(tf.tile(tf.matmul(x, w), [1 << 36, 1]), name="out")  # a 4 TiB intermediate
+    tf.io.write_graph(g.as_graph_def(), str(tmp_path), "oom.pb", as_text=False)
+    out = tmp_path / "o.csv"
+    proc = run_cli("profile", tmp_path / "oom.pb", "--batch", "2", "-o", out)
+    assert_clean_error(proc, "oom.pb", "out of memory", "batch 2", "--batch")
+    assert not out.exists()

@@ -150,6 +150,16 @@ class TFSession:
 _LABEL_OP = re.compile(r"= ([\w>]+)\(")  # "[mklcpu 1MB 1MB] name = _MklNativeFusedConv2D(in, …)"
 
 
+def _run_failure(sess: TFSession, e: Exception) -> DlschedError:
+    """The error to report when a step fails: out of memory is named as such, with the batch to lower."""
+    first = str(e).splitlines()[0] if str(e) else ""
+    if isinstance(e, (sess._tf.errors.ResourceExhaustedError, MemoryError)):
+        oom = next((line.strip() for line in str(e).splitlines() if "OOM" in line), first)
+        return DlschedError(f"{sess.prepared.path}: TensorFlow ran out of memory running one step at batch "
+                            f"{sess.batch} ({oom[:200]}); profile at a smaller --batch")
+    return DlschedError(f"{sess.prepared.path}: TensorFlow failed to run the graph ({type(e).__name__}: {first})")
+
+
 def node_times(meta, kernel_ops: dict | None = None) -> dict[str, float]:
     """Seconds per node name from one run's step stats (kernel start to outputs handed on).
 
@@ -242,8 +252,7 @@ def profile_session(sess: TFSession, graph: Graph, runs: int = 5, warmup: int = 
             if meta is not None:
                 traced.append(time.perf_counter() - t0)
         except Exception as e:
-            raise DlschedError(f"{sess.prepared.path}: TensorFlow failed to run the graph ({type(e).__name__}: "
-                               f"{str(e).splitlines()[0] if str(e) else ''})") from None
+            raise _run_failure(sess, e) from None
         if meta is not None:
             for name, t in node_times(meta, kernel_ops).items():
                 samples.setdefault(name, []).append(t)
