@@ -93,7 +93,7 @@ def prepare(model: str, mode: str, batch: int, args, work: Path) -> tuple[Path, 
 
 def analyse(dag: Path, oracle: Path, args) -> dict:
     """Bounds, single-worker E per order, multi-worker straggler shares."""
-    from dlsched.analyses.bounds import bounds, efficiency
+    from dlsched.analyses.bounds import bounds, schedule_efficiency
     from dlsched.analyses.multiworker import simulate_workers
     from dlsched.analyses.orders import compute_order
     from dlsched.analyses.properties import dependency_sets
@@ -111,7 +111,7 @@ def analyse(dag: Path, oracle: Path, args) -> dict:
 
     def single(prio, seed=0):
         m = simulate(graph, times, prio, seed=seed).makespan
-        return {"makespan": m, "efficiency": float(efficiency(upper, lower, m))}
+        return {"makespan": m, "efficiency": float(schedule_efficiency(upper, lower, m))}
 
     orders, order_s = {}, {}
     for algo in ("tac", "tic", "topo"):
@@ -170,10 +170,10 @@ def analyse(dag: Path, oracle: Path, args) -> dict:
         t_bw = retimed_transfers(graph, times, oracle, bw, args.latency)
         b_bw = bounds(graph, t_bw)
         u, l = float(b_bw.upper), float(b_bw.lower)
-        eff = {a: float(efficiency(u, l, simulate(graph, t_bw, compute_order(graph, a, times=t_bw)).makespan))
+        eff = {a: float(schedule_efficiency(u, l, simulate(graph, t_bw, compute_order(graph, a, times=t_bw)).makespan))
                for a in ("tac", "tic", "topo")}
         eff["random"] = statistics.fmean(
-            float(efficiency(u, l, simulate(graph, t_bw, compute_order(graph, "random", seed=s)).makespan))
+            float(schedule_efficiency(u, l, simulate(graph, t_bw, compute_order(graph, "random", seed=s)).makespan))
             for s in seeds)
         sweep[bw] = {"upper": u, "lower": l, "speedup": float(b_bw.speedup), "efficiency": eff}
     return {

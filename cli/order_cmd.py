@@ -68,8 +68,8 @@ def order(algo, oracle, default_time, seed, time_limit, output, fmt, max_work, a
         b = bounds(graph, times)
         ordered = simulate(graph, times, priorities, seed=seed).makespan
         baseline = simulate(graph, times, None, seed=seed).makespan
-        out.update(makespan=ordered, efficiency=b.efficiency(ordered), unordered_makespan=baseline,
-                   unordered_efficiency=b.efficiency(baseline), upper=b.upper, lower=b.lower)
+        out.update(makespan=ordered, efficiency=b.schedule_efficiency(ordered), unordered_makespan=baseline,
+                   unordered_efficiency=b.schedule_efficiency(baseline), upper=b.upper, lower=b.lower)
     if as_json:
         emit_json(out)
         return

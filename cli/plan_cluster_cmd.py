@@ -123,6 +123,6 @@ def _print_devices(overhead_ratio, target_speedup, devices, limit, table):
                           f"1 + 1/R_O = {limit:.4g})")
         else:
             console.print(f"target speedup {target_speedup:g}×: [bold]{devices}[/] device(s) "
-                          f"(speedup {cluster.speedup(overhead_ratio, devices):.2f}×, "
-                          f"efficiency {cluster.efficiency(overhead_ratio, devices):.1%})"
+                          f"(speedup {cluster.parallel_speedup(overhead_ratio, devices):.2f}×, "
+                          f"efficiency {cluster.scaling_efficiency(overhead_ratio, devices):.1%})"
                           + ("" if devices <= len(table) else f"; the table stops at {len(table)}"))

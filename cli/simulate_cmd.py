@@ -73,7 +73,7 @@ def simulate(oracle, default_time, priority_path, algo, workers, iterations, see
     multi = workers > 1 or iterations > 1 or jitter > 0
     keep_timeline = bool(trace_out or plot)  # the per-op timeline of every worker costs 2-3× the simulation
 
-    from dlsched.analyses.bounds import bounds, efficiency
+    from dlsched.analyses.bounds import bounds, schedule_efficiency
 
     b = bounds(graph, times)
     upper, lower = float(b.upper), float(b.lower)
@@ -89,7 +89,7 @@ def simulate(oracle, default_time, priority_path, algo, workers, iterations, see
         "mode": graph.mode,
         "algorithm": label,
         "makespan": makespan,
-        "efficiency": float(efficiency(upper, lower, makespan)),
+        "efficiency": float(schedule_efficiency(upper, lower, makespan)),
         "upper": upper,
         "lower": lower,
         "speedup": float(b.speedup),
@@ -110,7 +110,7 @@ def simulate(oracle, default_time, priority_path, algo, workers, iterations, see
             results = [r for name, r in compared if name == a]
             span = statistics.fmean(r["makespan"] for r in results)
             share = statistics.fmean(r["straggler_share"] for r in results)
-            rows.append({"algorithm": a, "makespan": span, "efficiency": float(efficiency(upper, lower, span)),
+            rows.append({"algorithm": a, "makespan": span, "efficiency": float(schedule_efficiency(upper, lower, span)),
                          "straggler_share": share})
         out["compare"] = rows
     title_order = label
@@ -129,7 +129,7 @@ def simulate(oracle, default_time, priority_path, algo, workers, iterations, see
 
         try:
             plot_gantt(result["timeline"], plot, model=graph.name, order=title_order,
-                       makespan=result["first_makespan"], efficiency=float(efficiency(upper, lower,
+                       makespan=result["first_makespan"], efficiency=float(schedule_efficiency(upper, lower,
                                                                                        result["first_makespan"])),
                        color_by=color_by)
         except OSError as e:

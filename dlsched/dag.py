@@ -7,8 +7,8 @@ every tie-break, so results are deterministic. Parameters become ``recv`` ops
 named after the parameter; in training mode every parameter also gets a
 ``send`` op for its gradient.
 
-Example
--------
+Examples
+--------
 >>> g = Graph("fig1")
 >>> _ = g.add_op("recv1", RECV, bytes=4, params=1, shape=[1])
 >>> _ = g.add_op("recv2", RECV, bytes=4, params=1, shape=[1])

@@ -13,8 +13,8 @@ to one JSON object.
 
 Examples
 --------
->>> module, inputs, name = call_factory("examples/torch_models.py:small_cnn", batch=2)  # doctest: +SKIP
->>> name, tuple(inputs[0].shape)                                                      # doctest: +SKIP
+>>> module, inputs, name = call_factory("examples/torch_models.py:small_cnn", batch=2)
+>>> name, tuple(inputs[0].shape)
 ('small_cnn', (2, 3, 32, 32))
 """
 from __future__ import annotations

@@ -16,8 +16,8 @@ one option, on every such command, that raises it: ``--max-work N``, in the
 unit the message states. The budgets are sized so that every documented use
 (README, ``make demo``, the tests, ``benchmarks/``) stays well inside them.
 
-Example
--------
+Examples
+--------
 >>> w = simulate_work(ops=1_372, workers=4, iterations=20)
 >>> w.amount, w.formula
 (110400, '4 workers × 20 iterations × (1,372 ops + 8 per worker-iteration) × 1 run')
@@ -154,8 +154,8 @@ def exact_work(channels: Iterable[Sequence]) -> Work:
         transfers of one class are interchangeable and counted once
         (``k! / Π m_c!`` orders for ``k`` transfers in classes of sizes ``m_c``).
 
-    Example
-    -------
+    Examples
+    --------
     >>> exact_work([["a", "b", "c"], ["x", "x"]]).amount   # 3! · 2!/2!
     6
     """

@@ -37,8 +37,8 @@ def random_dag(n_compute: int, n_params: int, training: bool = False, ps: int = 
     (Graph, dict)
         The graph and ``{op name: seconds}`` for every op.
 
-    Example
-    -------
+    Examples
+    --------
     >>> g, t = random_dag(20, 5, training=True, seed=1)
     >>> len(g.recvs()), len(g.sends()), len(t) == len(g)
     (5, 5, True)

@@ -40,8 +40,8 @@ def chrome_trace(frame, model: str | None = None, metadata: dict | None = None) 
     dict
         ``{"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}``.
 
-    Example
-    -------
+    Examples
+    --------
     >>> import pandas as pd
     >>> f = pd.DataFrame({"op": ["p0", "f0"], "kind": ["recv", "compute"],
     ...                   "resource": ["ps:0/down", "compute:0"], "start": [0.0, 0.001], "end": [0.001, 0.003]})

@@ -50,12 +50,16 @@ def plot_gantt(frame, path: str | Path, *, model: str | None = None, order: str 
         or the order they were served in when none was enforced); compute ops
         grey-blue, gradient sends green. ``kind``: one colour per op kind.
 
-    Example
-    -------
-    >>> from dlsched.synthetic import random_dag                  # doctest: +SKIP
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> from dlsched.synthetic import random_dag
     >>> from dlsched.analyses.simulate import simulate
     >>> g, t = random_dag(30, 8, training=True)
-    >>> plot_gantt(simulate(g, t).frame(), "gantt.png", model=g.name, order="random")
+    >>> png = pathlib.Path(tempfile.mkdtemp()) / "gantt.png"
+    >>> plot_gantt(simulate(g, t).frame(), png, model=g.name, order="random")
+    >>> png.stat().st_size > 0
+    True
     """
     import matplotlib
 

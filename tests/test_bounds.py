@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dlsched.analyses.bounds import bounds, efficiency, trace_makespan
+from dlsched.analyses.bounds import bounds, schedule_efficiency, trace_makespan
 from dlsched.dag import COMPUTE, RECV, Graph
 from dlsched.errors import DlschedError, OracleError
 from dlsched.synthetic import random_dag
@@ -20,8 +20,8 @@ def test_figure1_bounds():
     b = bounds(g, t)
     assert (b.upper, b.lower, b.speedup) == (4.0, 2.0, 1.0)
     assert b.loads == {"compute:0": 2.0, "ps:0/down": 2.0}
-    assert b.efficiency(3.0) == 0.5  # the good order of Figure 1(b)
-    assert b.efficiency(4.0) == 0.0  # the bad order of Figure 1(c) is fully serial
+    assert b.schedule_efficiency(3.0) == 0.5  # the good order of Figure 1(b)
+    assert b.schedule_efficiency(4.0) == 0.0  # the bad order of Figure 1(c) is fully serial
     f = b.frame()
     assert list(f.columns) == ["resource", "ops", "load", "share"]
     assert f["ops"].tolist() == [2, 2] and f["share"].tolist() == [0.5, 0.5]
@@ -32,16 +32,16 @@ def test_upper_equals_lower():
     t = {**t, "recv1": 0.0, "recv2": 0.0}  # all work on one resource
     b = bounds(g, t)
     assert b.upper == b.lower == 2.0 and b.speedup == 0.0
-    assert b.efficiency(2.0) == 1.0 and efficiency(5.0, 5.0, 7.0) == 1.0
+    assert b.schedule_efficiency(2.0) == 1.0 and schedule_efficiency(5.0, 5.0, 7.0) == 1.0
     empty = bounds(Graph("empty"), {})
     assert (empty.upper, empty.lower, empty.speedup) == (0.0, 0.0, 0.0)
 
 
 def test_efficiency_formula():
-    assert efficiency(10.0, 4.0, 7.0) == pytest.approx(0.5)
-    assert efficiency(10.0, 4.0, 4.0) == 1.0
-    assert efficiency(10.0, 4.0, 10.0) == 0.0
-    assert efficiency(10.0, 4.0, 13.0) == pytest.approx(-0.5)  # not clipped
+    assert schedule_efficiency(10.0, 4.0, 7.0) == pytest.approx(0.5)
+    assert schedule_efficiency(10.0, 4.0, 4.0) == 1.0
+    assert schedule_efficiency(10.0, 4.0, 10.0) == 0.0
+    assert schedule_efficiency(10.0, 4.0, 13.0) == pytest.approx(-0.5)  # not clipped
 
 
 def test_missing_and_bad_times():
@@ -64,7 +64,8 @@ def test_bounds_properties(n, p, training, ps, seed, integer):
     assert b.lower == max(b.loads.values())
     assert sum(b.ops.values()) == len(g)
     if b.upper > b.lower:
-        assert b.efficiency(b.lower) == pytest.approx(1.0) and b.efficiency(b.upper) == pytest.approx(0.0)
+        assert b.schedule_efficiency(b.lower) == pytest.approx(1.0)
+        assert b.schedule_efficiency(b.upper) == pytest.approx(0.0)
 
 
 def test_trace_makespan(tmp_path):

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from dlsched.analyses.bounds import bounds
 from dlsched.analyses.orders import compute_order, first_use_order, random_order
 from dlsched.analyses.properties import dependency_groups, dependency_sets, exact_times, op_properties
+from dlsched.analyses.simulate import simulate
 from dlsched.analyses.tac import tac_order
 from dlsched.analyses.tic import tic_order
 from dlsched.dag import COMPUTE, RECV, Graph
@@ -36,7 +37,6 @@ def build(recvs, computes, edges, name="g"):
 
 
 def simulate_makespan(g, t, prio):
-    simulate = pytest.importorskip("dlsched.analyses.simulate").simulate
     return simulate(g, t, prio).makespan
 
 
@@ -217,14 +217,12 @@ def test_compute_order_errors():
 
 
 def test_exact_delegation():
-    pytest.importorskip("dlsched.analyses.exact")
     g, t = random_dag(10, 4, seed=3, integer_times=True)
     order = compute_order(g, "exact", times=t)
     assert sorted(order.values()) == [0, 1, 2, 3]
-    sim = pytest.importorskip("dlsched.analyses.simulate").simulate
-    best = sim(g, t, order).makespan
+    best = simulate(g, t, order).makespan
     for algo in ("tac", "tic", "topo", "random"):
-        assert best <= sim(g, t, compute_order(g, algo, times=t)).makespan + 1e-12
+        assert best <= simulate(g, t, compute_order(g, algo, times=t)).makespan + 1e-12
     big, bt = random_dag(200, 60, seed=1)
     with pytest.raises(DlschedError, match="time limit"):
         compute_order(big, "exact", times=bt)

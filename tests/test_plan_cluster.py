@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dlsched.errors import DlschedError
-from dlsched.planning.cluster import (devices_needed, efficiency, parameter_servers, scaling_table, speedup,
-                                      speedup_limit)
+from dlsched.planning.cluster import (devices_needed, parallel_speedup, parameter_servers, scaling_efficiency,
+                                      scaling_table, speedup_limit)
 from tests.conftest import assert_clean_error, run_cli
 
 
@@ -63,7 +63,7 @@ def test_parameter_servers_need_all_inputs():
 def test_zero_overhead_scales_linearly():
     assert devices_needed(0, 7.5) == 8
     assert speedup_limit(0) == math.inf
-    assert efficiency(0, 100) == 1
+    assert scaling_efficiency(0, 100) == 1
     t = scaling_table(0.05, 5)
     assert list(t["devices"]) == [1, 2, 3, 4, 5] and t["speedup"].is_monotonic_increasing
 
@@ -75,9 +75,9 @@ def test_devices_needed_is_smallest(ratio, target):
     if target >= 1 + 1 / ratio:
         assert g is None
         return
-    assert g is not None and speedup(ratio, g) >= target * (1 - 1e-9)
+    assert g is not None and parallel_speedup(ratio, g) >= target * (1 - 1e-9)
     if g > 1:
-        assert speedup(ratio, g - 1) < target
+        assert parallel_speedup(ratio, g - 1) < target
 
 
 def test_bad_target():

@@ -355,13 +355,3 @@ def test_zero_time_ops_match_the_reference(gt, seed):
     assert math.isclose(ref, s.makespan, rel_tol=1e-12, abs_tol=1e-15)
     for u, v in graph.edges():
         assert s.end[u] <= s.start[v]
-
-
-@pytest.mark.parametrize("module", ["dlsched.analyses.simulate", "dlsched.analyses.exact",
-                                    "dlsched.analyses.multiworker", "dlsched.exporters.chrome_trace"])
-def test_docstring_examples(module):
-    import doctest
-    import importlib
-
-    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
-    assert result.failed == 0 and result.attempted > 0

@@ -43,9 +43,9 @@ class Bounds:
     loads: dict = field(default_factory=dict)
     ops: dict = field(default_factory=dict)
 
-    def efficiency(self, makespan: float) -> float:
-        """Scheduling efficiency of a makespan under these bounds (see :func:`efficiency`)."""
-        return efficiency(self.upper, self.lower, makespan)
+    def schedule_efficiency(self, makespan: float) -> float:
+        """Scheduling efficiency of a makespan under these bounds (see :func:`schedule_efficiency`)."""
+        return schedule_efficiency(self.upper, self.lower, makespan)
 
     def frame(self):
         """Per-resource loads as a DataFrame: ``resource``, ``ops``, ``load`` (s), ``share`` of the upper bound."""
@@ -79,8 +79,8 @@ def bounds(graph: Graph, times: Mapping[str, float]) -> Bounds:
     OracleError
         ``times`` misses an op or holds a negative/non-finite time.
 
-    Example
-    -------
+    Examples
+    --------
     Figure 1 of the paper (unit times, both recvs on one channel):
 
     >>> from dlsched.dag import Graph, RECV, COMPUTE
@@ -103,7 +103,7 @@ def bounds(graph: Graph, times: Mapping[str, float]) -> Bounds:
     return Bounds(U, L, S, loads, {r: len(v) for r, v in per.items()})
 
 
-def efficiency(upper: float, lower: float, makespan: float) -> float:
+def schedule_efficiency(upper: float, lower: float, makespan: float) -> float:
     """Scheduling efficiency ``E = (U − m) / (U − L)`` of a makespan (TicTac §3.2, Eq. 3).
 
     1 is a perfect schedule, 0 a fully serial one; 1 when ``U = L`` (no
@@ -121,11 +121,19 @@ def efficiency(upper: float, lower: float, makespan: float) -> float:
     -------
     float
 
-    Example
-    -------
-    >>> efficiency(4.0, 2.0, 3.0)
+    See Also
+    --------
+    rate_makespan : the same ``E``, but ``None`` (and a model error) for a
+        makespan outside ``[L, U]``.
+    Bounds.schedule_efficiency : ``E`` of a makespan under a :class:`Bounds`.
+    dlsched.planning.cluster.scaling_efficiency : Lemma 3.1's ``α``, the
+        efficiency of ``G`` devices over one; unrelated to transfer order.
+
+    Examples
+    --------
+    >>> schedule_efficiency(4.0, 2.0, 3.0)
     0.5
-    >>> efficiency(2.0, 2.0, 2.0)
+    >>> schedule_efficiency(2.0, 2.0, 2.0)
     1.0
     """
     U, L, m = float(upper), float(lower), float(makespan)
@@ -153,11 +161,15 @@ class Rating:
 
 
 def rate_makespan(upper: float, lower: float, makespan: float) -> Rating:
-    """Rate a measured or simulated makespan: :func:`efficiency` inside ``[L, U]``, a model error outside.
+    """Rate a measured or simulated makespan: :func:`schedule_efficiency` inside ``[L, U]``, a model error outside.
 
     A makespan outside the bounds means the oracle and the run do not describe
     the same thing (another device, batch or overheads), so an efficiency
     computed from it would be meaningless (negative, or above 1).
+
+    See Also
+    --------
+    schedule_efficiency : the formula alone, unclipped.
 
     Examples
     --------
@@ -165,17 +177,13 @@ def rate_makespan(upper: float, lower: float, makespan: float) -> Rating:
     Rating(efficiency=0.5, model_error=0.0)
     >>> rate_makespan(4.0, 2.0, 10.0)
     Rating(efficiency=None, model_error=6.0)
-
-    See Also
-    --------
-    efficiency : the formula alone, unclipped.
     """
     U, L, m = float(upper), float(lower), float(makespan)
     if m > U:
         return Rating(None, m - U)
     if m < L:
         return Rating(None, m - L)
-    return Rating(efficiency(U, L, m), 0.0)
+    return Rating(schedule_efficiency(U, L, m), 0.0)
 
 
 def trace_makespan(path: str | Path) -> float:
@@ -198,8 +206,8 @@ def trace_makespan(path: str | Path) -> float:
     DlschedError
         Missing or unreadable file, not a Chrome trace, or no complete events.
 
-    Example
-    -------
+    Examples
+    --------
     >>> import json, tempfile, os
     >>> p = os.path.join(tempfile.mkdtemp(), "t.json")
     >>> _ = open(p, "w").write(json.dumps({"traceEvents": [

@@ -300,8 +300,8 @@ def exact_order(graph: Graph, times: Mapping[str, float], time_limit: float | No
     WorkLimitError
         More candidate orders than ``max_work`` and no ``time_limit``.
 
-    Example
-    -------
+    Examples
+    --------
     >>> from dlsched.synthetic import random_dag
     >>> g, t = random_dag(8, 4, seed=3)
     >>> r = exact_order(g, t)

@@ -331,7 +331,7 @@ def simulate_workers(graph: Graph, times: Mapping[str, float], workers: int = 2,
                            "mean, which describes no real machine (measured op noise is typically below 0.3)")
     if sharing not in SHARING:
         raise DlschedError(f"unknown link sharing {sharing!r}; expected one of {', '.join(SHARING)}")
-    from .bounds import bounds, efficiency
+    from .bounds import bounds, schedule_efficiency
 
     sg = compile_graph(graph, times)
     b = bounds(graph, times)
@@ -363,7 +363,7 @@ def simulate_workers(graph: Graph, times: Mapping[str, float], workers: int = 2,
             progress((it + 1) * per_iteration, total)
         spans = [max(e, default=0.0) for e in end]
         slow, fast = max(spans), min(spans)
-        effs = [float(efficiency(upper, lower, m)) for m in spans]
+        effs = [float(schedule_efficiency(upper, lower, m)) for m in spans]
         for w in range(workers):
             rows.append({"iteration": it, "worker": w, "makespan": spans[w], "efficiency": effs[w],
                          "iteration_time": slow, "wait": slow - spans[w]})

@@ -46,8 +46,8 @@ def compute_order(graph: Graph, algo: str, times: Mapping[str, float] | None = N
         Unknown algorithm, or ``tac``/``exact`` without times; ``exact`` on a
         graph too large for it without a time limit.
 
-    Example
-    -------
+    Examples
+    --------
     >>> from dlsched.synthetic import random_dag
     >>> g, t = random_dag(10, 3, seed=1)
     >>> sorted(compute_order(g, "random", seed=4).values())
@@ -75,8 +75,8 @@ def compute_order(graph: Graph, algo: str, times: Mapping[str, float] | None = N
 def random_order(graph: Graph, seed: int = 0) -> dict[str, int]:
     """A seeded random permutation of the transfers (an unordered framework, DESIGN §4.5).
 
-    Example
-    -------
+    Examples
+    --------
     >>> from dlsched.synthetic import random_dag
     >>> g, _ = random_dag(10, 4, seed=1)
     >>> random_order(g, 3) == random_order(g, 3)
@@ -97,8 +97,8 @@ def first_use_order(graph: Graph) -> dict[str, int]:
     same op (or never used by a compute op, which go last) keep canonical
     order. Priorities are distinct 0..n−1.
 
-    Example
-    -------
+    Examples
+    --------
     >>> from dlsched.dag import Graph, RECV, COMPUTE
     >>> g = Graph("two")
     >>> for n in ("w_late", "w_early"): _ = g.add_op(n, RECV)

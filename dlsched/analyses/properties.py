@@ -85,8 +85,8 @@ def exact_times(times: Mapping[str, float], names: Iterable[str]) -> dict[str, i
     dict
         Op name → integer time.
 
-    Example
-    -------
+    Examples
+    --------
     >>> q = exact_times({"a": 0.5, "b": 0.25, "c": 0.25}, ["a", "b", "c"])
     >>> q["a"] == q["b"] + q["c"], q["a"] + q["b"] + q["c"] < 2**60
     (True, True)
@@ -116,8 +116,8 @@ def dependency_sets(graph: Graph) -> dict[str, frozenset[str]]:
     dict
         Op name → frozenset of recv op names.
 
-    Example
-    -------
+    Examples
+    --------
     >>> from dlsched.dag import Graph, RECV, COMPUTE
     >>> g = Graph("fig1")
     >>> for n in ("recv1", "recv2"): _ = g.add_op(n, RECV)
@@ -179,8 +179,8 @@ def op_properties(graph: Graph, times: Mapping[str, float], outstanding: Iterabl
     -------
     OpProperties
 
-    Example
-    -------
+    Examples
+    --------
     Figure 1 of the paper, unit times:
 
     >>> from dlsched.dag import Graph, RECV, COMPUTE
@@ -263,8 +263,8 @@ def dependency_groups(graph: Graph) -> DependencyGroups:
     -------
     DependencyGroups
 
-    Example
-    -------
+    Examples
+    --------
     >>> from dlsched.synthetic import random_dag
     >>> g, _ = random_dag(30, 6, seed=2)
     >>> groups = dependency_groups(g)

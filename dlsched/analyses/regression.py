@@ -54,7 +54,7 @@ def model_metrics(graph: Graph, times: dict[str, float], largest_batch: int | No
         (compute op type → count). Deterministic: random orders use the fixed
         seeds :data:`RANDOM_SEEDS`.
     """
-    from .bounds import bounds, efficiency
+    from .bounds import bounds, schedule_efficiency
     from .orders import compute_order
     from .simulate import simulate
     from .summary import size_figures
@@ -70,9 +70,9 @@ def model_metrics(graph: Graph, times: dict[str, float], largest_batch: int | No
         "speedup_bound": b.speedup,
         "critical_path": critical_path_time(graph, times),
         "tac_makespan": tac,
-        "tac_efficiency": efficiency(b.upper, b.lower, tac),
+        "tac_efficiency": schedule_efficiency(b.upper, b.lower, tac),
         "random_makespan": rand,
-        "random_efficiency": efficiency(b.upper, b.lower, rand),
+        "random_efficiency": schedule_efficiency(b.upper, b.lower, rand),
     }
     if largest_batch is not None:
         metrics["largest_batch"] = largest_batch

@@ -274,8 +274,8 @@ def simulate(graph: Graph, times: Mapping[str, float], priorities: Mapping[str, 
     DlschedError
         ``priorities`` names ops that are not transfers of the graph.
 
-    Example
-    -------
+    Examples
+    --------
     TicTac Figure 1: ``recv1 → op1``, ``recv1, recv2 → op2``, unit times.
 
     >>> from dlsched.dag import Graph, RECV, COMPUTE
@@ -304,10 +304,3 @@ def graph_bounds(graph: Graph, times: Mapping[str, float]) -> tuple[float, float
 
     b = bounds(graph, times)
     return float(b.upper), float(b.lower)
-
-
-def schedule_efficiency(upper: float, lower: float, makespan: float) -> float:
-    """``E = (U − m) / (U − L)`` (TicTac §3.2), 1 when ``U = L``."""
-    from dlsched.analyses.bounds import efficiency
-
-    return float(efficiency(upper, lower, makespan))

@@ -59,8 +59,8 @@ def tac_order(graph: Graph, times: Mapping[str, float]) -> dict[str, int]:
     OracleError
         ``times`` misses an op or holds a negative/non-finite time.
 
-    Example
-    -------
+    Examples
+    --------
     Figure 1 of the paper: ``op1`` needs only ``recv1``, ``op2`` needs both.
 
     >>> from dlsched.dag import Graph, RECV, COMPUTE

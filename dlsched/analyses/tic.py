@@ -33,8 +33,8 @@ def tic_order(graph: Graph) -> dict[str, int]:
     dict
         Recv op name → priority number (lower goes first), in canonical order.
 
-    Example
-    -------
+    Examples
+    --------
     >>> from dlsched.dag import Graph, RECV, COMPUTE
     >>> g = Graph("fig4b")
     >>> for n in "ABCD": _ = g.add_op(n, RECV)

@@ -17,8 +17,8 @@ A launcher typically starts each child with ``start_new_session=True`` (a
 terminal's Ctrl-C then reaches the launcher alone, which kills the children's
 groups) and passes its pid to the child, e.g. as ``--parent PID``.
 
-Example
--------
+Examples
+--------
 In the child::
 
     watch_launcher(args.parent)          # before anything slow

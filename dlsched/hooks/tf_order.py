@@ -17,8 +17,8 @@ Three entry points:
 - :func:`order_function` — a ``tf.function``: its concrete graph is rewritten
   and wrapped back into a callable with the same variables.
 
-Example
--------
+Examples
+--------
 >>> gd2 = order_graph_def(gd, ["dense/kernel", "dense/bias"], window=1)     # doctest: +SKIP
 >>> order_graph(tf.compat.v1.get_default_graph(), priority_file, window=2)  # doctest: +SKIP
 """

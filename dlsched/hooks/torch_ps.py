@@ -38,8 +38,8 @@ without buffers, or accept that each worker keeps its own.
 Devices: ``device="cuda"`` keeps the model on the GPU and moves transfers through
 pinned CPU staging buffers over gloo (gloo point-to-point needs CPU tensors).
 
-Example
--------
+Examples
+--------
 >>> from dlsched.hooks.torch_ps import PSConfig, launch_local, order_from_module
 >>> cfg = PSConfig(model="examples/torch_models.py:small_cnn", servers=2, workers=2,
 ...                order=order_from_module("examples/torch_models.py:small_cnn"),

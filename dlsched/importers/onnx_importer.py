@@ -64,8 +64,8 @@ def node_names(nodes) -> list[str]:
     An empty name becomes ``<op_type>_<i>``; a repeated one gets ``_<i>``
     appended (``i`` = position in the list, further ``_`` if still taken).
 
-    Example
-    -------
+    Examples
+    --------
     >>> from onnx import helper
     >>> node_names([helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Relu", ["y"], ["z"], name="r")])
     ['Relu_0', 'r']
@@ -241,8 +241,8 @@ def import_onnx(path, mode: str = "inference", batch: int | None = None, buffers
         Missing, truncated or corrupt file; failed shape inference; a tensor
         produced twice; a cycle (the :meth:`Graph.validate` message, with the file).
 
-    Example
-    -------
+    Examples
+    --------
     >>> g = import_onnx(".cache/models/resnet50.onnx", batch=8)   # doctest: +SKIP
     >>> g.param_count                                              # doctest: +SKIP
     25557032

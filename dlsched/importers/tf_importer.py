@@ -38,8 +38,8 @@ partial gradients towards non-trainable statistics) are pruned: TF never runs
 them. Non-trainable
 state (BatchNorm moving statistics) is read (a recv) but has no send.
 
-Example
--------
+Examples
+--------
 >>> g = import_graphdef(".cache/models/resnet50.pb", batch=8)   # doctest: +SKIP
 >>> len(g.recvs()), g.param_count                              # doctest: +SKIP
 (320, 25636712)
@@ -620,8 +620,8 @@ def import_graphdef(path: str | Path, mode: str = "inference", batch: int | None
     ImportFailure
         Missing or unparsable file, or a graph TensorFlow cannot import.
 
-    Example
-    -------
+    Examples
+    --------
     >>> g = import_graphdef("tf1_mlp.pbtxt")        # doctest: +SKIP
     >>> [r.name for r in g.recvs()]                 # doctest: +SKIP
     ['dense1/kernel', 'dense1/bias', 'dense2/kernel', 'dense2/bias']

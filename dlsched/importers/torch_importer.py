@@ -48,10 +48,10 @@ transfer).
 :func:`trace_factory` is shared with :mod:`dlsched.profiling.torch_profiler`,
 so the importer and the profiler always agree on op names.
 
-Example
--------
->>> g = import_factory("examples/torch_models.py:small_cnn", batch=2)  # doctest: +SKIP
->>> g.recvs()[0].name                                                   # doctest: +SKIP
+Examples
+--------
+>>> g = import_factory("examples/torch_models.py:small_cnn", batch=2)
+>>> g.recvs()[0].name
 'conv1.weight'
 """
 from __future__ import annotations
@@ -609,8 +609,8 @@ def import_factory(spec: str, mode: str = "inference", batch: int | None = None,
         The file or module is missing, the function does not exist, the
         factory raised or returned the wrong thing, or tracing failed.
 
-    Example
-    -------
+    Examples
+    --------
     >>> g = import_factory("examples/torch_models.py:resnet50", batch=1)  # doctest: +SKIP
     >>> g.param_count                                                      # doctest: +SKIP
     25557032

@@ -6,8 +6,8 @@ fastest batch within that bound. :func:`plan_batch` applies the bound to a
 :class:`~dlsched.planning.memory.MemoryEstimate`; :func:`throughput_table`
 lists samples/s at a few batch sizes from a time curve.
 
-Example
--------
+Examples
+--------
 >>> from dlsched.planning.memory import MemoryEstimate
 >>> est = MemoryEstimate("m", "static", "sgd", param_bytes=100, activation_bytes_per_sample=10)
 >>> plan = plan_batch(est, capacity=1000, margin=0.1)

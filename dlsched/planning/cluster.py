@@ -9,8 +9,8 @@ Lemma 3.2: ``N_w`` workers pulling and pushing ``S_p`` bytes of parameters per
 round over links of ``B_ps`` bytes/s hide that traffic behind a round of
 computation ``T_C`` with ``N_ps = ⌈2·S_p·N_w / (B_ps·T_C)⌉`` parameter servers.
 
-Example
--------
+Examples
+--------
 >>> devices_needed(0.1, 3)
 4
 >>> devices_needed(0.1, 12) is None
@@ -30,8 +30,23 @@ def _check_ratio(overhead_ratio: float) -> None:
         raise DlschedError(f"--overhead-ratio must be a finite number ≥ 0, got {overhead_ratio}")
 
 
-def efficiency(overhead_ratio: float, devices: int) -> float:
-    """Lemma 3.1: ``α = (1 + R_O) / (1 + G·R_O)``."""
+def scaling_efficiency(overhead_ratio: float, devices: int) -> float:
+    """Lemma 3.1: the scaling efficiency ``α = (1 + R_O) / (1 + G·R_O)`` of ``devices`` devices.
+
+    The fraction of linear speedup that ``G`` devices keep when ``R_O`` of
+    each step's computation time cannot be hidden; 1 for one device.
+
+    See Also
+    --------
+    parallel_speedup : ``G·α``, the speedup this efficiency gives.
+    dlsched.analyses.bounds.schedule_efficiency : TicTac's ``E``, how well one
+        iteration's transfers are scheduled; unrelated to the device count.
+
+    Examples
+    --------
+    >>> scaling_efficiency(0.1, 1), round(scaling_efficiency(0.1, 4), 4)
+    (1.0, 0.7857)
+    """
     _check_ratio(overhead_ratio)
     if devices < 1:
         raise DlschedError(f"the device count must be ≥ 1, got {devices}")
@@ -39,9 +54,22 @@ def efficiency(overhead_ratio: float, devices: int) -> float:
     return (1 + R) / (1 + devices * R)
 
 
-def speedup(overhead_ratio: float, devices: int) -> float:
-    """``G·α``: the speedup of ``devices`` over one device."""
-    return devices * efficiency(overhead_ratio, devices)
+def parallel_speedup(overhead_ratio: float, devices: int) -> float:
+    """Lemma 3.1: ``G·α``, the speedup of ``devices`` devices over one device.
+
+    See Also
+    --------
+    scaling_efficiency : ``α``, the same speedup per device.
+    speedup_limit : what ``G·α`` approaches as ``G`` grows.
+    dlsched.analyses.bounds.Bounds : its ``speedup`` is TicTac's best-case gain
+        of a schedule over the serial one, not a device count's.
+
+    Examples
+    --------
+    >>> round(parallel_speedup(0.1, 4), 4)
+    3.1429
+    """
+    return devices * scaling_efficiency(overhead_ratio, devices)
 
 
 def speedup_limit(overhead_ratio: float) -> float:
@@ -71,9 +99,9 @@ def devices_needed(overhead_ratio: float, target_speedup: float) -> int | None:
         return None
     G = max(1, math.ceil(S / (1 + R - S * R) - 1e-9))
     # guard the float boundary both ways
-    while G > 1 and speedup(R, G - 1) >= S:
+    while G > 1 and parallel_speedup(R, G - 1) >= S:
         G -= 1
-    while speedup(R, G) < S * (1 - 1e-12):
+    while parallel_speedup(R, G) < S * (1 - 1e-12):
         G += 1
     return G
 
@@ -106,11 +134,15 @@ def parameter_servers(param_bytes: float, workers: int, bandwidth: float, comput
 
 
 def scaling_table(overhead_ratio: float, max_devices: int):
-    """Efficiency and speedup for 1..``max_devices`` devices (DataFrame: devices, efficiency, speedup)."""
+    """:func:`scaling_efficiency` and :func:`parallel_speedup` for 1..``max_devices`` devices.
+
+    Returns a DataFrame with columns ``devices, efficiency, speedup``.
+    """
     import pandas as pd
 
     if max_devices < 1:
         raise DlschedError(f"--max-devices must be ≥ 1, got {max_devices}")
-    rows = [{"devices": g, "efficiency": efficiency(overhead_ratio, g), "speedup": speedup(overhead_ratio, g)}
+    rows = [{"devices": g, "efficiency": scaling_efficiency(overhead_ratio, g),
+             "speedup": parallel_speedup(overhead_ratio, g)}
             for g in range(1, max_devices + 1)]
     return pd.DataFrame(rows, columns=["devices", "efficiency", "speedup"])

@@ -16,8 +16,8 @@ synchronous training (DESIGN §5).
 Each worker's gradient is weighted by ``n·b_i / X`` (paper §3.4, weighted
 gradient aggregation) so the aggregate stays an unbiased mean.
 
-Example
--------
+Examples
+--------
 >>> split_proportional(128, [10, 20, 30, 40])
 [13, 26, 38, 51]
 """
@@ -70,8 +70,8 @@ def split_proportional(total: int, speeds: Sequence[float], caps: Sequence[int] 
     DlschedError
         ``X > Σ bmax_i`` (names the largest feasible ``X``) or a speed ≤ 0.
 
-    Example
-    -------
+    Examples
+    --------
     >>> split_proportional(10, [1, 1, 2], caps=[1, 10, 10])
     [1, 3, 6]
     """
@@ -138,8 +138,8 @@ def split_exact(total: int, curves: Sequence[Callable], caps: Sequence[int] | No
     DlschedError
         ``X > Σ bmax_i`` (names the largest feasible ``X``) or a decreasing curve.
 
-    Example
-    -------
+    Examples
+    --------
     >>> split_exact(6, [lambda b: 2 * b, lambda b: b])
     [2, 4]
     """

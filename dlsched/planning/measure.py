@@ -161,10 +161,10 @@ def measure_step(spec: str, batch: int, optimizer: str = "sgd", device: str = "c
     DlschedError
         No CUDA device when ``device="cuda"``; a factory that fails.
 
-    Example
-    -------
-    >>> m = measure_step("examples/torch_models.py:small_cnn", 4)   # doctest: +SKIP
-    >>> m.peak_bytes > m.resident_bytes   # doctest: +SKIP
+    Examples
+    --------
+    >>> m = measure_step("examples/torch_models.py:small_cnn", 4)
+    >>> m.peak_bytes > m.resident_bytes
     True
     """
     import torch

@@ -15,8 +15,8 @@ Two estimates produce a :class:`MemoryEstimate`:
 - :func:`dlsched.planning.measure.measured_estimate` fits it to the peak
   memory of real training steps.
 
-Example
--------
+Examples
+--------
 >>> from dlsched.synthetic import random_dag
 >>> g, _ = random_dag(10, 4, training=True, seed=0)
 >>> est = static_estimate(g, optimizer="adam")
@@ -323,8 +323,8 @@ def static_estimate(graph: Graph, optimizer: str = "sgd", dtype: str | None = No
     DlschedError
         The graph is not a training graph, or has no forward shapes.
 
-    Example
-    -------
+    Examples
+    --------
     >>> from dlsched.synthetic import random_dag
     >>> g, _ = random_dag(6, 3, training=True, seed=2)
     >>> static_estimate(g).activation_bytes_per_sample   # 6 saved [8,16] float32 outputs / 8

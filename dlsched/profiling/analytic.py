@@ -28,8 +28,8 @@ def analytic_oracle(graph: Graph, spec: DeviceSpec) -> tuple[pd.DataFrame, dict[
         flops, bytes_moved``; ``source`` is ``analytic``) and ``{op: reason}``
         for compute ops that could not be costed.
 
-    Example
-    -------
+    Examples
+    --------
     >>> from dlsched.synthetic import random_dag
     >>> from dlsched.profiling.device_specs import BUILTIN
     >>> g, _ = random_dag(3, 2)

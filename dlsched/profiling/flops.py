@@ -234,8 +234,8 @@ def _attention_flops(op: Op, norm: str) -> float | None:
 def op_cost(graph: Graph, op: Op) -> Cost | None:
     """FLOPs and bytes moved by a compute op, or ``None`` if its type is unknown.
 
-    Example
-    -------
+    Examples
+    --------
     >>> from dlsched.dag import Graph, RECV, COMPUTE
     >>> g = Graph("conv")
     >>> _ = g.add_op("w", RECV, shape=[64, 3, 7, 7], params=9408, bytes=37632)

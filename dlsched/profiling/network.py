@@ -71,8 +71,8 @@ def transfer_time(nbytes: float, bandwidth: float, latency: float) -> float:
     latency : float
         Seconds (≥ 0).
 
-    Example
-    -------
+    Examples
+    --------
     >>> transfer_time(1_250_000, 1.25e9, 50e-6)
     0.00105
     """
@@ -88,8 +88,8 @@ def transfer_rows(graph: Graph, bandwidth: float, latency: float, source: str = 
         Columns ``op, time, runs, median, op_type, resource, source, bytes``;
         ``runs`` is 0 (the time is modelled, not measured per op).
 
-    Example
-    -------
+    Examples
+    --------
     >>> from dlsched.synthetic import random_dag
     >>> g, _ = random_dag(4, 2)
     >>> transfer_rows(g, 1e9, 0.0)["source"].unique().tolist()
@@ -116,8 +116,8 @@ def fit_link(sizes, times) -> tuple[float, float]:
         Fewer than two distinct sizes, or a non-positive slope (time does not
         grow with size, so no bandwidth can be derived).
 
-    Example
-    -------
+    Examples
+    --------
     >>> bw, a = fit_link([1e3, 1e6, 1e7], [1e-4 + 1e3 / 1e9, 1e-4 + 1e6 / 1e9, 1e-4 + 1e7 / 1e9])
     >>> round(bw / 1e9, 6), round(a * 1e6, 3)
     (1.0, 100.0)
@@ -372,8 +372,8 @@ def measure_peer(host: str, port: int, sizes=DEFAULT_SIZES, repeats: int = 5, ti
         peer does not answer (within ``connect_timeout + timeout``), dies or
         stalls (gloo ``timeout`` per transfer), or the fit is unusable.
 
-    Example
-    -------
+    Examples
+    --------
     >>> m = measure_peer("127.0.0.1", 29555)   # doctest: +SKIP
     """
     if repeats < 1:

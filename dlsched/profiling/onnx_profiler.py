@@ -182,8 +182,8 @@ def profile_onnx(path, graph: Graph, device: str = "cpu", runs: int = 5, warmup:
     DlschedError
         Unknown device, CUDA unavailable, the model cannot be loaded or run.
 
-    Example
-    -------
+    Examples
+    --------
     >>> g = import_onnx("resnet50.onnx", batch=8)                       # doctest: +SKIP
     >>> df, missing = profile_onnx("resnet50.onnx", g, runs=5)          # doctest: +SKIP
     """

@@ -98,8 +98,8 @@ def assemble_oracle(graph: Graph, compute: pd.DataFrame | None, untimed: dict[st
     -------
     OracleResult
 
-    Example
-    -------
+    Examples
+    --------
     >>> from dlsched.synthetic import random_dag
     >>> g, t = random_dag(3, 1)
     >>> rows = pd.DataFrame({"op": ["f0", "f1"], "time": [0.1, 0.2]})

@@ -37,8 +37,8 @@ The rule, in one place for the profiler and the timeline import:
    op would cost on its own, and the rest of the chain cannot start before the
    conv anyway, so the schedule is the same.
 
-Example
--------
+Examples
+--------
 >>> from dlsched.dag import COMPUTE, Graph
 >>> g = Graph("m")
 >>> _ = g.add_op("conv", COMPUTE, op_type="Conv2D")

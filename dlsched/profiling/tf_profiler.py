@@ -32,8 +32,8 @@ their recv and get no row. Compute ops without stats (and not fused into a
 kernel) are returned with a reason (a fed placeholder runs no kernel; an op
 the fetched outputs do not need never runs).
 
-Example
--------
+Examples
+--------
 >>> g = import_graphdef("resnet50.pb", batch=8)                  # doctest: +SKIP
 >>> df, missing = profile_tf("resnet50.pb", g, runs=5)           # doctest: +SKIP
 >>> df.columns.tolist()                                          # doctest: +SKIP

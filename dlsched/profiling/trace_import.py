@@ -85,8 +85,8 @@ _NO_EVENT = {"getitem", "size", "dim", "detach", "alias", "lift_fresh_copy"}
 def normalize_type(name: str) -> str:
     """Canonical op type for matching across fx, aten and trace spellings.
 
-    Example
-    -------
+    Examples
+    --------
     >>> [normalize_type(n) for n in ("aten::max_pool2d", "aten.convolution.default", "MaxPool2d", "add_")]
     ['maxpool2d', 'convolution', 'maxpool2d', 'add']
     """
@@ -345,8 +345,8 @@ def import_trace(path: str | Path, graph: Graph) -> TraceImport:
     TraceError
         The file is not a readable trace.
 
-    Example
-    -------
+    Examples
+    --------
     >>> r = import_trace("trace.json", graph)            # doctest: +SKIP
     >>> r.coverage["fraction"] >= 0.9                    # doctest: +SKIP
     True
