@@ -6,7 +6,9 @@ resource. Every parameter server's downlink (``ps:K/down``) and uplink
 worker finishes (synchronous training), so a worker with a bad transfer order
 makes all others wait: the straggler effect of TicTac §2.2 and §6.
 
-Link sharing (``sharing``):
+Link sharing (``sharing``), each model a
+:class:`~dlsched.analyses.links.LinkPolicy` of :mod:`dlsched.analyses.links`
+(a new model is a new policy there; the event loop stays as it is):
 
 ``"serial"`` (default, DESIGN §4.6)
     A link serves one transfer at a time, whichever worker it is for. It takes
@@ -50,9 +52,11 @@ import numpy as np
 from dlsched.dag import RECV, Graph
 from dlsched.errors import DlschedError
 
+from .links import LINK_POLICIES, LinkPolicy
 from .simulate import SimGraph, compile_graph, transfer_ranks
 
-SHARING = ("serial", "fair")
+#: Link-sharing models (``sharing=``), one :class:`~dlsched.analyses.links.LinkPolicy` each.
+SHARING = tuple(LINK_POLICIES)
 MAX_JITTER = 2.0
 
 
@@ -117,151 +121,160 @@ class MultiWorkerResult:
 #: Completed op-steps between two progress reports (a report costs far more than an op-step).
 PROGRESS_EVERY = 16_384
 
+_DONE = -1.0  # due time of a finished op: no event time equals it
+
 
 def _run_workers(sg: SimGraph, durs: list[list[float]], ranks: list[list[int]], turn: list[int],
                  sharing: str, progress: Callable[[int], None] | None = None
                  ) -> tuple[list[list[float]], list[list[float]]]:
     """Simulate one iteration of ``len(durs)`` workers sharing the links.
 
-    Global op id ``g = w·n + i``. Resources: worker ``w``'s compute is
-    ``('c', w)``; link ``k`` is shared and holds one queue per stream
-    (one stream in total for ``serial``, one per worker for ``fair``).
-    ``progress(done)``, when given, hears the op-steps completed so far every
-    :data:`PROGRESS_EVERY` of them.
+    A discrete-event loop over the ops of all workers (op ``i`` of worker
+    ``w`` is ``g = w·n + i``). Every queue serves one op at a time: each
+    worker's own compute resources, and the streams of each link. A compute
+    op ends its duration after it starts; how a transfer progresses is up to
+    its link's :class:`~dlsched.analyses.links.LinkPolicy` (``sharing``),
+    which the loop tells of every start and end and then asks for the new
+    predicted ends. Each event is an op's predicted end; a prediction the
+    link has since revised is skipped when it comes up.
+
+    Parameters
+    ----------
+    sg : SimGraph
+    durs : list of list of float
+        ``durs[w][i]``: op ``i``'s time on worker ``w`` (a transfer's time alone on its link).
+    ranks : list of list of int
+        Worker ``w``'s transfer ranks (:func:`~dlsched.analyses.simulate.transfer_ranks`).
+    turn : list of int
+        Each worker's place among workers at equal rank (a permutation of ``range(W)``).
+    sharing : str
+        A key of :data:`~dlsched.analyses.links.LINK_POLICIES`.
+    progress : callable, optional
+        ``progress(done)`` hears the op-steps completed so far every
+        :data:`PROGRESS_EVERY` of them.
+
+    Returns
+    -------
+    (start, end) : lists of lists of float
+        ``start[w][i]``, ``end[w][i]`` in seconds.
+
+    Examples
+    --------
+    Two workers fetch one parameter (1 s alone on the link) before a 1 s op.
+
+    >>> from dlsched.dag import COMPUTE, RECV, Graph
+    >>> from dlsched.analyses.simulate import compile_graph, transfer_ranks
+    >>> g = Graph("one"); _ = g.add_op("w", RECV); _ = g.add_op("op", COMPUTE); g.add_edge("w", "op")
+    >>> sg = compile_graph(g, {"w": 1.0, "op": 1.0})
+    >>> rank = transfer_ranks(sg, {"w": 0})
+    >>> _run_workers(sg, [sg.dur] * 2, [rank] * 2, [0, 1], "serial")[1]
+    [[1.0, 2.0], [2.0, 3.0]]
+    >>> _run_workers(sg, [sg.dur] * 2, [rank] * 2, [0, 1], "fair")[1]
+    [[2.0, 3.0], [2.0, 3.0]]
     """
     n, W = sg.n, len(durs)
-    res, succ, kinds = sg.res, sg.succ, sg.kinds
-    is_chan = [not r.startswith("compute") for r in sg.resources]
-    is_recv = [k == RECV for k in kinds]
-    nres = len(sg.resources)
-    push, pop = heapq.heappush, heapq.heappop
+    res, succ = sg.res, sg.succ
+    on_link = [not r.startswith("compute") for r in sg.resources]
+    policy = LINK_POLICIES[sharing]
+    # Queues: qid[w][k] is where worker w's ops on resource k wait; owner[q] is
+    # the link policy serving queue q, None for a worker's own compute resource.
+    qid = [[0] * len(sg.resources) for _ in range(W)]
+    owner: list[LinkPolicy | None] = []
+    for k in range(len(sg.resources)):
+        if on_link[k]:
+            link = policy(W)
+            base = len(owner)
+            owner.extend([link] * link.streams)
+            for w in range(W):
+                qid[w][k] = base + link.stream(w)
+        else:
+            for w in range(W):
+                qid[w][k] = len(owner)
+                owner.append(None)
+    # Queue entries (key, worker turn, i, g): parameter transfers (recvs on a link)
+    # key on their rank, everything else on its ready time (first-ready-first);
+    # ties go by worker turn, then canonical index.
+    by_rank = [kind == RECV and on_link[k] for kind, k in zip(sg.kinds, res)]
+    ready: list[list] = [[] for _ in owner]
+    busy = [False] * len(owner)
     remaining = [sg.indeg[:] for _ in range(W)]
     start = [[0.0] * n for _ in range(W)]
     end = [[0.0] * n for _ in range(W)]
-    streams = W if sharing == "fair" else 1
-    # Compute: per (worker, resource) ready heap; channels: per (resource, stream) heap.
-    cq = {}
-    cbusy = {}
-    chq = {}
-    sbusy = {}
-    active: dict[int, dict[int, list]] = {k: {} for k in range(nres) if is_chan[k]}  # k -> {g: [remaining work]}
-    last = dict.fromkeys(active, 0.0)
-    token = {}
-    events: list = []
+    due = [_DONE] * (W * n)  # latest predicted end of each running op; events that disagree are stale
+    events: list[tuple[float, int]] = []
+    push, pop = heapq.heappush, heapq.heappop
 
-    def key(w, i, t):
-        if is_recv[i]:
-            return (ranks[w][i], turn[w], i)
-        return (t, turn[w], i)
-
-    def enqueue(w, i, t):
-        k = res[i]
-        if is_chan[k]:
-            s = w if streams > 1 else 0
-            heapq.heappush(chq.setdefault((k, s), []), (key(w, i, t), w, i))
-        else:
-            heapq.heappush(cq.setdefault((w, k), []), ((t, i), w, i))
-
-    def settle(k, t):
-        """Advance the remaining work of link k's transfers to time t."""
-        act = active[k]
-        if act:
-            rate = 1.0 / len(act)
-            dt = t - last[k]
-            for g in act:
-                act[g][0] -= dt * rate
-        last[k] = t
-
-    def reschedule(k, t):
-        act = active[k]
-        if not act:
-            return
-        rate = 1.0 / len(act)
-        for g, st in act.items():
-            token[g] = token.get(g, 0) + 1
-            push(events, (t + max(st[0], 0.0) / rate, token[g], g))
-
-    def dispatch(t, touched):
-        links = set()
-        for (kind, a, b) in touched:
-            if kind == "c":
-                w, k = a, b
-                q = cq.get((w, k))
-                if q and not cbusy.get((w, k)):
-                    _, w, i = pop(q)
-                    cbusy[(w, k)] = True
-                    g = w * n + i
-                    start[w][i] = t
-                    token[g] = token.get(g, 0) + 1
-                    push(events, (t + durs[w][i], token[g], g))
+    def dispatch(t: float, touched: list[int], changed: list[LinkPolicy]) -> None:
+        """Start the next op on every idle queue in ``touched``, then push the new
+        predicted ends of every link in ``changed`` or started on."""
+        for q in touched:
+            if busy[q] or not ready[q]:
+                continue
+            g = pop(ready[q])[3]
+            busy[q] = True
+            w, i = divmod(g, n)
+            start[w][i] = t
+            link = owner[q]
+            if link is None:
+                due[g] = e = t + durs[w][i]
+                push(events, (e, g))
             else:
-                k, s = a, b
-                q = chq.get((k, s))
-                if q and not sbusy.get((k, s)):
-                    if k not in links:
-                        settle(k, t)
-                        links.add(k)
-                    _, w, i = pop(q)
-                    sbusy[(k, s)] = True
-                    g = w * n + i
-                    start[w][i] = t
-                    active[k][g] = [durs[w][i]]
-        for k in links:
-            reschedule(k, t)
+                link.admit(t, g, durs[w][i])
+                changed.append(link)
+        for link in dict.fromkeys(changed):  # once per link, after all of this round's changes
+            for e, g in link.ends(t):
+                due[g] = e
+                push(events, (e, g))
 
-    touched = set()
+    touched = []
     for w in range(W):
+        qw, rw, tw = qid[w], ranks[w], turn[w]
         for i in range(n):
             if remaining[w][i] == 0:
-                enqueue(w, i, 0.0)
-                k = res[i]
-                touched.add(("l", k, w if streams > 1 else 0) if is_chan[k] else ("c", w, k))
-    dispatch(0.0, sorted(touched))
+                q = qw[res[i]]
+                ready[q].append((rw[i] if by_rank[i] else 0.0, tw, i, w * n + i))
+                touched.append(q)
+    for q in ready:
+        heapq.heapify(q)
+    dispatch(0.0, touched, [])
     done = 0
     next_report = PROGRESS_EVERY if progress is not None else math.inf
     while events:
-        t, tok, g = pop(events)
-        if token.get(g) != tok:
-            continue  # superseded by a rate change on its link
+        t, g = pop(events)
+        if due[g] != t:
+            continue  # superseded by a later prediction of its link
+        # Everything ending at t completes before any queue picks its next op.
+        due[g] = _DONE
         batch = [g]
         while events and events[0][0] == t:
-            _, tok2, g2 = pop(events)
-            if token.get(g2) == tok2:
-                batch.append(g2)
-        touched = set()
-        freed_links = set()
+            g = pop(events)[1]
+            if due[g] == t:
+                due[g] = _DONE
+                batch.append(g)
+        touched, changed = [], []
         for g in batch:
             w, i = divmod(g, n)
-            token[g] = -1
-            done += 1
             end[w][i] = t
-            k = res[i]
-            if is_chan[k]:
-                if k not in freed_links:
-                    settle(k, t)
-                    freed_links.add(k)
-                del active[k][g]
-                s = w if streams > 1 else 0
-                sbusy[(k, s)] = False
-                touched.add(("l", k, s))
-            else:
-                cbusy[(w, k)] = False
-                touched.add(("c", w, k))
-            rem = remaining[w]
+            qw = qid[w]
+            q = qw[res[i]]
+            busy[q] = False
+            touched.append(q)
+            link = owner[q]
+            if link is not None:
+                link.finish(t, g)
+                changed.append(link)  # the others on the link may speed up
+            rem, rw, tw, base = remaining[w], ranks[w], turn[w], w * n
             for j in succ[i]:
                 rem[j] -= 1
                 if rem[j] == 0:
-                    enqueue(w, j, t)
-                    kj = res[j]
-                    touched.add(("l", kj, w if streams > 1 else 0) if is_chan[kj] else ("c", w, kj))
-        dispatch(t, sorted(touched))
+                    qj = qw[res[j]]
+                    push(ready[qj], (rw[j] if by_rank[j] else t, tw, j, base + j))
+                    touched.append(qj)
+        done += len(batch)
+        dispatch(t, touched, changed)
         if done >= next_report:
             progress(done)
             next_report = done + PROGRESS_EVERY
-        # links whose set of transfers shrank but got no new one: remaining transfers speed up
-        for k in freed_links:
-            if active[k] and last[k] == t:
-                reschedule(k, t)
     if done != W * n:
         raise DlschedError(f"multi-worker simulation of model {sg.graph.name!r} stalled; the graph has a cycle")
     return start, end
@@ -307,8 +320,8 @@ def simulate_workers(graph: Graph, times: Mapping[str, float], workers: int = 2,
     DlschedError
         ``workers`` or ``iterations`` below 1, negative jitter, an unknown sharing mode.
 
-    Example
-    -------
+    Examples
+    --------
     >>> from dlsched.synthetic import random_dag
     >>> g, t = random_dag(30, 8, training=True, seed=2)
     >>> r = simulate_workers(g, t, workers=4, iterations=5, seed=1)
@@ -329,8 +342,8 @@ def simulate_workers(graph: Graph, times: Mapping[str, float], workers: int = 2,
         raise DlschedError(f"--jitter is the lognormal sigma of per-op noise and must lie in [0, {MAX_JITTER:g}], "
                            f"got {jitter:g}; beyond that most ops take almost no time and rare draws carry the "
                            "mean, which describes no real machine (measured op noise is typically below 0.3)")
-    if sharing not in SHARING:
-        raise DlschedError(f"unknown link sharing {sharing!r}; expected one of {', '.join(SHARING)}")
+    if sharing not in LINK_POLICIES:
+        raise DlschedError(f"unknown link sharing {sharing!r}; expected one of {', '.join(LINK_POLICIES)}")
     from .bounds import bounds, schedule_efficiency
 
     sg = compile_graph(graph, times)
