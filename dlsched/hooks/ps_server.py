@@ -1,0 +1,72 @@
+"""The server side of a parameter-server job: send parameters in order, apply averaged gradients.
+
+Every iteration a server sends each worker its own parameters in
+:func:`~dlsched.hooks.ps_protocol.send_order` (sender-side enforcement, as
+TicTac does at the gRPC layer), keeping at most ``window`` transfers per worker
+in flight: transfer ``i`` starts once ``i - window`` has completed, so
+``window=1`` is strictly sequential. It then averages the workers' gradients
+and applies SGD (optional momentum); in inference it waits for each worker's
+done message instead.
+"""
+from __future__ import annotations
+
+from .ps_config import PSConfig
+from .ps_failures import PSTrainingError, transfer_failure, wait_transfer
+from .ps_protocol import Tags, send_order, worker_rank
+
+
+def run_server(cfg: PSConfig, rank: int, module) -> dict:
+    """Serve ``cfg.iterations`` iterations as server ``rank``; returns ``{"params": {name: tensor}}`` (its shard).
+
+    Raises
+    ------
+    PSTrainingError
+        A transfer failed or timed out.
+    """
+    import torch
+    import torch.distributed as dist
+    params = dict(module.named_parameters())
+    tags = Tags(cfg.order)
+    own = [n for n in cfg.order if cfg.server_of(n) == rank]
+    opt = torch.optim.SGD([params[n] for n in own], lr=cfg.lr, momentum=cfg.momentum) if own else None
+    training = cfg.mode == "training"
+    for it in range(cfg.iterations):
+        back = []  # gradient (or done-token) receives, posted before the sends
+        try:
+            for w in range(cfg.workers):
+                if training:
+                    bufs = {n: torch.empty_like(params[n].data) for n in own}
+                    back.append((w, bufs, [(n, dist.irecv(bufs[n], worker_rank(cfg, w), tag=tags.grad(n)))
+                                           for n in own]))
+                else:
+                    tok = torch.zeros(1)
+                    back.append((w, {}, [("done", dist.irecv(tok, worker_rank(cfg, w), tag=tags.done))]))
+            orders = [send_order(cfg, rank, w, it) for w in range(cfg.workers)]
+            inflight: list[list] = [[] for _ in range(cfg.workers)]
+            for pos in range(len(own)):
+                for w in range(cfg.workers):
+                    if pos >= cfg.window:
+                        wait_transfer(inflight[w][pos - cfg.window], f"server {rank}: sending "
+                                      f"{orders[w][pos - cfg.window]!r} to worker {w} in iteration {it}", cfg.timeout)
+                    n = orders[w][pos]
+                    inflight[w].append(dist.isend(params[n].data, worker_rank(cfg, w), tag=tags.param(n)))
+        except PSTrainingError:
+            raise
+        except Exception as e:
+            raise transfer_failure(f"server {rank}: posting transfers in iteration {it} failed", e) from None
+        for w in range(cfg.workers):
+            # earlier ones were waited in the loop; gloo hangs on a second wait
+            for pos in range(max(0, len(inflight[w]) - cfg.window), len(inflight[w])):
+                wait_transfer(inflight[w][pos], f"server {rank}: sending {orders[w][pos]!r} to worker {w} "
+                              f"in iteration {it}", cfg.timeout)
+        for w, _, works in back:
+            for n, h in works:
+                wait_transfer(h, f"server {rank}: receiving "
+                              f"{'the gradient of ' + repr(n) if training else 'the done message'}"
+                              f" from worker {w} in iteration {it}", cfg.timeout)
+        if training and own:
+            with torch.no_grad():
+                for n in own:
+                    params[n].grad = sum(b[n] for _, b, _ in back) / cfg.workers
+            opt.step()
+    return {"params": {n: params[n].detach().clone() for n in own}}
