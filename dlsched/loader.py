@@ -4,11 +4,24 @@ MODEL is a path to ``.onnx``, a TF GraphDef ``.pb``/``.pbtxt``, a SavedModel
 folder, a ``.dag.json``, or a PyTorch factory ``path/to/file.py:fn`` /
 ``package.module:fn`` where ``fn()`` returns ``(module, example_inputs)``.
 Frameworks are imported only by the importer that needs them.
+
+A ``.dag.json`` is read by :func:`dlsched.exporters.dag_json.load_dag`, the
+format's one home: it sits beside ``save_dag``, so the file a run writes and
+the file a later run reads are defined in one module, and there is no second
+reader here to drift from it. The import points the right way: modules in
+:mod:`dlsched.exporters` (installed as a subpackage of ``dlsched``) build on
+the core (:mod:`dlsched.dag`, :mod:`dlsched.errors`) and never on this
+loader, so the loader, which sits above both the importers and the file
+formats, may use them without a cycle. The document's schema itself is
+:meth:`dlsched.dag.Graph.to_dict` / :meth:`~dlsched.dag.Graph.from_dict`;
+``load_dag`` adds only file I/O and error messages naming the file.
 """
 from __future__ import annotations
 
 import re
 from pathlib import Path
+
+from dlsched.exporters.dag_json import load_dag
 
 from .dag import Graph
 from .errors import ImportFailure
@@ -79,7 +92,6 @@ def load_model(model: str, mode: str = "inference", batch: int | None = None, ps
         raise ImportFailure(f"--batch must be at least 1, got {batch}")
     fmt = detect_format(model)
     if fmt == "dag":
-        from dlsched.exporters.dag_json import load_dag
         graph = load_dag(model)
     elif fmt == "onnx":
         from .importers.onnx_importer import import_onnx

@@ -1,7 +1,11 @@
 """The ``*.dag.json`` format: a saved :class:`dlsched.dag.Graph` with its fingerprint.
 
 Any importer's output can be saved once and analysed later without the
-framework installed.
+framework installed. This module is the format's one home, the writer and
+the reader: :func:`dlsched.loader.load_model` reads a ``.dag.json`` MODEL
+through :func:`load_dag`. The document's fields are
+:meth:`dlsched.dag.Graph.to_dict` / :meth:`~dlsched.dag.Graph.from_dict`;
+this module adds the file I/O, atomic writes and error messages naming the file.
 """
 from __future__ import annotations
 

@@ -98,3 +98,22 @@ def test_trace_makespan_errors(tmp_path, content, needle):
     assert needle in str(e.value).lower() and str(p) in str(e.value)
     with pytest.raises(DlschedError, match="no such trace"):
         trace_makespan(tmp_path / "missing.json")
+
+
+def test_trace_makespan_shares_the_trace_reader(tmp_path):
+    """bounds --trace and profile --from-trace read traces with one reader: same gzip detection
+    (magic bytes, whatever the suffix), same error class, same refusal of negative durations."""
+    from dlsched.profiling.trace_import import TraceError, read_trace_events
+
+    events = [{"ph": "X", "name": "a", "ts": 0, "dur": 10}, {"ph": "X", "name": "b", "ts": "5", "dur": 20}]
+    gz_no_suffix = tmp_path / "t.json"
+    gz_no_suffix.write_bytes(gzip.compress(json.dumps(events).encode()))
+    assert trace_makespan(gz_no_suffix) == pytest.approx(25e-6)
+    assert [e["ts"] for e in read_trace_events(gz_no_suffix)] == [0.0, 5.0]
+    neg = tmp_path / "neg.json"
+    neg.write_text(json.dumps([{"ph": "X", "name": "conv", "ts": 3, "dur": -1}]))
+    with pytest.raises(TraceError, match=r"neg\.json: event 'conv' at ts=3 has a negative duration"):
+        trace_makespan(neg)
+    with pytest.raises(TraceError, match="is a directory"):
+        trace_makespan(tmp_path)
+    assert issubclass(TraceError, DlschedError) and TraceError.exit_code == 2

@@ -166,6 +166,19 @@ def test_not_json_trace_is_clean_error(tmp_path, dag_and_trace):
         load_trace(tmp_path / "absent.json")
 
 
+def test_negative_duration_and_nameless_traces_are_refused(tmp_path, dag_and_trace):
+    """profile --from-trace reads traces with the reader bounds --trace uses, and refuses the same corruption."""
+    _, d, _ = dag_and_trace
+    neg = tmp_path / "neg.json"
+    neg.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "conv", "ts": 7, "dur": -2}]}))
+    assert_clean_error(run_cli("profile", d / "m.dag.json", "--from-trace", neg, "-o", tmp_path / "o.csv"),
+                       "neg.json", "'conv' at ts=7 has a negative duration")
+    nameless = tmp_path / "nameless.json"
+    nameless.write_text(json.dumps([{"ph": "X", "ts": 0, "dur": 1}]))
+    with pytest.raises(TraceError, match="no named complete"):
+        load_trace(nameless)
+
+
 def test_dag_without_trace_is_refused(dag_and_trace, tmp_path):
     _, d, _ = dag_and_trace
     assert_clean_error(run_cli("profile", d / "m.dag.json", "-o", tmp_path / "o.csv"), "--from-trace", "dag.json")

@@ -6,15 +6,12 @@ achievable; every real schedule lies between them.
 """
 from __future__ import annotations
 
-import gzip
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
 from dlsched.dag import Graph
-from dlsched.errors import DlschedError
 
 from .properties import check_times
 
@@ -192,6 +189,8 @@ def trace_makespan(path: str | Path) -> float:
     ``max(ts + dur) − min(ts)`` over the complete (``"ph": "X"``) events; trace
     times are microseconds. Accepts a bare event list or an object with
     ``traceEvents`` (PyTorch/Kineto, TF timelines, dlsched's own traces).
+    The file is read by :func:`dlsched.profiling.trace_import.read_trace_events`,
+    the same reader ``profile --from-trace`` uses.
 
     Parameters
     ----------
@@ -203,8 +202,9 @@ def trace_makespan(path: str | Path) -> float:
 
     Raises
     ------
-    DlschedError
-        Missing or unreadable file, not a Chrome trace, or no complete events.
+    TraceError
+        (a :class:`DlschedError`) Missing or unreadable file, not a Chrome
+        trace, no complete events, or an event with a negative duration.
 
     Examples
     --------
@@ -215,34 +215,8 @@ def trace_makespan(path: str | Path) -> float:
     >>> round(trace_makespan(p), 9)
     0.00102
     """
-    path = Path(path)
-    try:
-        raw = gzip.open(path, "rt") if path.suffix == ".gz" else open(path, encoding="utf-8")
-        with raw as f:
-            doc = json.load(f)
-    except FileNotFoundError:
-        raise DlschedError(f"{path}: no such trace file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, EOFError) as e:
-        raise DlschedError(f"{path}: cannot read the trace; expected Chrome-trace JSON ({e})") from None
-    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
-    if not isinstance(events, list):
-        raise DlschedError(f"{path}: not a Chrome trace (expected a list of events or an object with traceEvents)")
-    starts, ends = [], []
-    for ev in events:
-        if not isinstance(ev, dict) or ev.get("ph") != "X":
-            continue
-        try:
-            ts, dur = float(ev["ts"]), float(ev.get("dur", 0))
-        except (KeyError, TypeError, ValueError):
-            continue
-        if not (math.isfinite(ts) and math.isfinite(dur)):
-            continue
-        if dur < 0:
-            raise DlschedError(f"{path}: event {ev.get('name', '?')!r} at ts={ts:g} has a negative duration "
-                               f"({dur:g} us); the trace is corrupt")
-        starts.append(ts)
-        ends.append(ts + dur)
-    if not starts:
-        raise DlschedError(f"{path}: the trace has no complete ('ph': 'X') events with ts/dur; "
-                           "cannot measure a makespan from it")
-    return (max(ends) - min(starts)) * 1e-6
+    # Imported here: the trace reader's module pulls in pandas, which bounds alone does not need.
+    from dlsched.profiling.trace_import import read_trace_events
+
+    events = read_trace_events(path)
+    return (max(e["ts"] + e["dur"] for e in events) - min(e["ts"] for e in events)) * 1e-6

@@ -36,6 +36,10 @@ Two matchers, tried in this order:
      event the previous alignment used;
    * an op's ``time`` is the minimum over iterations, with median and count.
 
+The file is read by :func:`read_trace_events`, dlsched's one reader of
+Chrome-trace / TF-timeline JSON (``bounds --trace`` measures a makespan with
+it too), so both commands accept and refuse the same files.
+
 Coverage is reported: matched ops, unmatched DAG ops (with the reason) and
 trace units that matched nothing. Times are Chrome-trace microseconds → s.
 """
@@ -43,6 +47,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import re
 import statistics
 from collections import Counter
@@ -101,35 +106,94 @@ def normalize_type(name: str) -> str:
     return _ALIASES.get(s, s)
 
 
-def load_trace(path: str | Path) -> list[dict]:
-    """Read the complete (``ph: "X"``) events of a Chrome-trace JSON file (``.gz`` allowed).
+def read_trace_events(path: str | Path) -> list[dict]:
+    """Read the complete (``ph: "X"``) events of a Chrome-trace or TF-timeline JSON file.
+
+    The one reader of these files: :func:`load_trace` (op times) and
+    :func:`dlsched.analyses.bounds.trace_makespan` (a measured makespan) both
+    use it. It lives here rather than in :mod:`dlsched.exporters`, whose
+    modules write dlsched's own files and depend on the library, not the
+    other way round; these traces come from other tools (PyTorch profiler,
+    TF timelines, Perfetto) and are read by the library itself.
+
+    The document is a bare event list or an object with ``traceEvents``;
+    gzip is recognised by its magic bytes, whatever the suffix. An event
+    counts when ``ph`` is ``"X"`` and ``ts`` and ``dur`` (default 0) are
+    finite numbers; the returned events are the trace's own dicts with
+    ``ts``/``dur`` as floats (microseconds). Other events are skipped.
+
+    Parameters
+    ----------
+    path : str or Path
+
+    Returns
+    -------
+    list of dict
 
     Raises
     ------
     TraceError
-        The file is missing, not JSON, or holds no trace events.
+        The file is missing or unreadable, is not JSON, is not a Chrome trace,
+        holds no complete events, or holds one with a negative duration
+        (named with its ``ts``): every message starts with the file name.
+
+    Examples
+    --------
+    >>> import json, tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "t.json")
+    >>> _ = open(p, "w").write(json.dumps([{"ph": "M", "name": "process_name"},
+    ...                                    {"ph": "X", "name": "conv", "ts": 10, "dur": 5}]))
+    >>> [(e["name"], e["ts"], e["dur"]) for e in read_trace_events(p)]
+    [('conv', 10.0, 5.0)]
     """
     path = Path(path)
-    if not path.is_file():
-        raise TraceError(f"{path}: no such trace file")
     try:
         raw = path.read_bytes()
         if raw[:2] == b"\x1f\x8b":
             raw = gzip.decompress(raw)
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, OSError, EOFError) as e:
-        raise TraceError(f"{path}: not a JSON trace file ({type(e).__name__}: {str(e)[:120]}); --from-trace "
-                         "expects a PyTorch profiler Chrome trace (export_chrome_trace) or a TF timeline") from None
-    events = data.get("traceEvents") if isinstance(data, dict) else data
+        doc = json.loads(raw.decode("utf-8"))
+    except FileNotFoundError:
+        raise TraceError(f"{path}: no such trace file") from None
+    except IsADirectoryError:
+        raise TraceError(f"{path}: is a directory, not a trace file") from None
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise TraceError(f"{path}: cannot read the trace, not a JSON trace file ({type(e).__name__}: "
+                         f"{str(e)[:120]}); expected Chrome-trace JSON such as a PyTorch profiler trace "
+                         "(export_chrome_trace) or a TF timeline") from None
+    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
     if not isinstance(events, list):
-        raise TraceError(f"{path}: JSON without a 'traceEvents' list; not a Chrome trace")
+        raise TraceError(f"{path}: not a Chrome trace (expected a list of events or an object with a "
+                         "'traceEvents' list)")
     out = []
-    for e in events:
-        if isinstance(e, dict) and e.get("ph") == "X" and isinstance(e.get("dur"), (int, float)) \
-                and isinstance(e.get("ts"), (int, float)) and isinstance(e.get("name"), str):
-            out.append(e)
+    for ev in events:
+        if not isinstance(ev, dict) or ev.get("ph") != "X":
+            continue
+        try:
+            ts, dur = float(ev["ts"]), float(ev.get("dur", 0))
+        except (KeyError, TypeError, ValueError):
+            continue
+        if not (math.isfinite(ts) and math.isfinite(dur)):
+            continue
+        if dur < 0:
+            raise TraceError(f"{path}: event {ev.get('name', '?')!r} at ts={ts:g} has a negative duration "
+                             f"({dur:g} us); the trace is corrupt")
+        out.append({**ev, "ts": ts, "dur": dur})
     if not out:
-        raise TraceError(f"{path}: the trace holds no complete ('ph': 'X') events with durations")
+        raise TraceError(f"{path}: the trace holds no complete ('ph': 'X') events with ts/dur")
+    return out
+
+
+def load_trace(path: str | Path) -> list[dict]:
+    """The complete events of a trace (:func:`read_trace_events`) that carry a ``name`` to match ops by.
+
+    Raises
+    ------
+    TraceError
+        As :func:`read_trace_events`, or no complete event has a name.
+    """
+    out = [e for e in read_trace_events(path) if isinstance(e.get("name"), str)]
+    if not out:
+        raise TraceError(f"{path}: the trace holds no named complete ('ph': 'X') events")
     return out
 
 
