@@ -154,7 +154,7 @@ def main() -> int:
         print("dlsched: error: --timeout must be a finite number of seconds above 0, and --steps at least 1",
               file=sys.stderr)
         return 2
-    from dlsched.hooks.lifetime import children_die_with_launcher, kill_children
+    from dlsched.hooks.lifetime import children_die_with_launcher, end_children
     cluster = {"ps": [f"localhost:{free_port()}"], "worker": [f"localhost:{free_port()}"]}
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
     procs: list[subprocess.Popen] = []
@@ -183,11 +183,7 @@ def main() -> int:
         except SystemExit as e:  # SIGTERM or SIGHUP, likewise
             ended_by = e.code if isinstance(e.code, int) else 1
         finally:
-            for p in procs:
-                p.poll()
-            kill_children(procs)
-            for p in procs:
-                p.wait()
+            end_children(procs)
     if ended_by is not None:  # skip closing OPEN_SESSIONS on dead servers
         sys.stdout.flush()
         sys.stderr.flush()

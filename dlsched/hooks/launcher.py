@@ -37,7 +37,7 @@ from typing import Callable
 
 from dlsched.errors import DlschedError
 
-from .lifetime import children_die_with_launcher, kill_children, watch_launcher
+from .lifetime import children_die_with_launcher, end_children, watch_launcher
 
 
 class LaunchRefused(DlschedError):
@@ -198,11 +198,7 @@ def _run_job(entry, config, world, tmp, procs, limit, grace, on_start, prefixes,
                 deadline = min(deadline, failed_at + grace)
             time.sleep(0.05)
     finally:
-        for p in procs:
-            p.poll()
-        kill_children(procs)
-        for p in procs:
-            p.wait()
+        end_children(procs)
     codes = [p.returncode for p in procs]
     errs = [Path(tmp, f"rank{r}.err").read_text(errors="replace") for r in range(world)]
     if any(codes):

@@ -48,7 +48,7 @@ import threading
 import time
 from pathlib import Path
 
-__all__ = ["STOP_SIGNALS", "children_die_with_launcher", "kill_children", "watch_launcher"]
+__all__ = ["STOP_SIGNALS", "children_die_with_launcher", "end_children", "kill_children", "watch_launcher"]
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -164,6 +164,19 @@ def kill_children(procs: list) -> None:
             os.kill(p.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def end_children(procs: list) -> None:
+    """Kill the children that are still running and reap them all (a launcher's last word).
+
+    ``poll()`` first, so that children that already ended are reaped and not
+    signalled (see :func:`kill_children`).
+    """
+    for p in procs:
+        p.poll()
+    kill_children(procs)
+    for p in procs:
+        p.wait()
 
 
 @contextlib.contextmanager
