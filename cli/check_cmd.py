@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 from click.core import ParameterSource
 
-from .common import NONNEG_FLOAT, FiniteFloat, console, emit_json, load_graph, model_options
+from .common import DURATION, FRACTION, console, emit_json, load_graph, model_options
 
 _OPTION_KEYS = ("mode", "batch", "ps", "ps_strategy", "buffers", "device_spec", "oracle", "default_time",
                 "memory", "margin", "optimizer")
@@ -14,11 +14,11 @@ def gate_options(fn):
     """Options that decide the figures; recorded in the baseline and reused by check."""
     fn = click.option("--optimizer", type=click.Choice(["sgd", "momentum", "adam"]), default=None,
                       help="Optimizer state counted by the batch plan [default: sgd].")(fn)
-    fn = click.option("--margin", type=FiniteFloat(0, 1, max_open=True), default=None,
-                      help="Memory headroom fraction [default: 0.1].")(fn)
+    fn = click.option("--margin", type=FRACTION, default=None,
+                      help="Memory headroom, e.g. 0.1 or 10% [default: 0.1].")(fn)
     fn = click.option("--memory", default=None, help="Device memory for the largest-batch figure, e.g. 16GiB.")(fn)
-    fn = click.option("--default-time", type=NONNEG_FLOAT, default=None,
-                      help="Seconds for ops the oracle lacks (otherwise they are an error).")(fn)
+    fn = click.option("--default-time", type=DURATION, default=None,
+                      help="Time for ops the oracle lacks, e.g. 1us (otherwise they are an error).")(fn)
     fn = click.option("--device-spec", default=None,
                       help="Analytic oracle device: cpu, a100, h100 or a YAML file [default: cpu].")(fn)
     fn = click.option("--oracle", type=click.Path(dir_okay=False), default=None,

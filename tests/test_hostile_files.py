@@ -252,3 +252,14 @@ def test_tensorflow_out_of_memory_is_named(tmp_path):
     proc = run_cli("profile", tmp_path / "oom.pb", "--batch", "2", "-o", out)
     assert_clean_error(proc, "oom.pb", "out of memory", "batch 2", "--batch")
     assert not out.exists()
+
+
+def test_gate_takes_the_same_units_as_the_other_commands(model, tmp_path):
+    """--default-time 1us and --margin 10% work for snapshot/check as for bounds and plan-batch (issue 14 item 4)."""
+    out = tmp_path / "b.json"
+    proc = run_cli("snapshot", model["dag"], "--oracle", model["oracle"], "--default-time", "1us", "--margin", "10%",
+                   "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    options = json.loads(out.read_text())["options"]
+    assert options["default_time"] == pytest.approx(1e-6) and options["margin"] == pytest.approx(0.1)
+    assert run_cli("check", model["dag"], "--baseline", out, "--default-time", "1us").returncode == 0
