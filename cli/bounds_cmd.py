@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import click
 
-from .common import console, duration_option, emit_json, fmt_seconds, load_graph, model_options, oracle_options
+from .common import (console, duration_option, emit_json, fmt_seconds, key_value_table, load_graph, model_options,
+                     oracle_options)
 
 
 @click.command()
@@ -42,18 +43,14 @@ def bounds(oracle, default_time, makespan, trace_path, as_json, **model_kw):
         return
     from rich.table import Table
 
-    t = Table(title=f"{graph.name} ({graph.mode}): makespan bounds", show_header=False, title_justify="left")
-    t.add_column(style="bold")
-    t.add_column(justify="right")
-    t.add_row("upper bound U (all serial)", fmt_seconds(b.upper))
-    t.add_row("lower bound L (busiest resource)", fmt_seconds(b.lower))
-    t.add_row("best-case speedup S", f"{b.speedup:.3f}  ({b.speedup * 100:.1f}%)")
+    rows = [("upper bound U (all serial)", fmt_seconds(b.upper)),
+            ("lower bound L (busiest resource)", fmt_seconds(b.lower)),
+            ("best-case speedup S", f"{b.speedup:.3f}  ({b.speedup * 100:.1f}%)")]
     if makespan is not None:
-        t.add_row("makespan" + (" (trace)" if trace_path else ""), fmt_seconds(makespan))
-        if rating.efficiency is not None:
-            t.add_row("scheduling efficiency E", f"{rating.efficiency:.3f}")
-        else:
-            t.add_row("scheduling efficiency E", "— (model error, see below)")
+        rows.append(("makespan" + (" (trace)" if trace_path else ""), fmt_seconds(makespan)))
+        rows.append(("scheduling efficiency E", f"{rating.efficiency:.3f}" if rating.efficiency is not None
+                     else "— (model error, see below)"))
+    t = key_value_table(f"{graph.name} ({graph.mode}): makespan bounds", rows)
     console.print(t)
     loads = Table(title="load per resource", title_justify="left")
     for col in ("resource", "ops", "load", "share of U"):

@@ -322,3 +322,15 @@ def fmt_bytes(n: float) -> str:
             return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
         n /= 1024
     return f"{n} B"
+
+
+def key_value_table(title: str | None, rows: list[tuple[str, str]]):
+    """A two-column table of figures: bold names, right-aligned values (every command's summary)."""
+    from rich.table import Table
+
+    t = Table(title=title, show_header=False, title_justify="left")
+    t.add_column(style="bold")
+    t.add_column(justify="right")
+    for name, value in rows:
+        t.add_row(name, value)
+    return t

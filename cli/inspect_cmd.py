@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from .common import console, emit_json, fmt_bytes, load_graph, model_options
+from .common import console, emit_json, fmt_bytes, key_value_table, load_graph, model_options
 
 
 @click.command()
@@ -28,21 +28,19 @@ def inspect(save, as_json, **model_kw):
         return
     from rich.table import Table
 
-    t = Table(title=f"{graph.name} ({graph.mode})", show_header=False, title_justify="left")
-    t.add_column(style="bold")
-    t.add_column(justify="right")
-    t.add_row("ops", f"{summary['ops']:,}")
-    t.add_row("compute ops", f"{summary['compute_ops']:,}")
-    t.add_row("recv ops (parameters)", f"{summary['recv_ops']:,}")
-    t.add_row("send ops (gradients)", f"{summary['send_ops']:,}")
-    t.add_row("parameters", f"{summary['param_count']:,}")
-    t.add_row("parameter bytes", f"{fmt_bytes(summary['param_bytes'])}  ({summary['param_bytes']:,} B)")
-    t.add_row("roots / leaves", f"{summary['roots']:,} / {summary['leaves']:,}")
-    t.add_row("longest path (ops)", f"{summary['longest_path']:,}")
-    t.add_row("parameter servers", str(summary["parameter_servers"]))
-    t.add_row("fingerprint", summary["fingerprint"])
+    rows = [("ops", f"{summary['ops']:,}"),
+            ("compute ops", f"{summary['compute_ops']:,}"),
+            ("recv ops (parameters)", f"{summary['recv_ops']:,}"),
+            ("send ops (gradients)", f"{summary['send_ops']:,}"),
+            ("parameters", f"{summary['param_count']:,}"),
+            ("parameter bytes", f"{fmt_bytes(summary['param_bytes'])}  ({summary['param_bytes']:,} B)"),
+            ("roots / leaves", f"{summary['roots']:,} / {summary['leaves']:,}"),
+            ("longest path (ops)", f"{summary['longest_path']:,}"),
+            ("parameter servers", str(summary["parameter_servers"])),
+            ("fingerprint", summary["fingerprint"])]
     if summary["capture"]:
-        t.add_row("captured with", summary["capture"])
+        rows.append(("captured with", summary["capture"]))
+    t = key_value_table(f"{graph.name} ({graph.mode})", rows)
     console.print(t)
     types = Table(title="compute ops by type", title_justify="left")
     types.add_column("op type")
