@@ -10,16 +10,10 @@ from __future__ import annotations
 import click
 
 from dlsched import limits
+from dlsched.planning.cluster_plan import DEFAULT_ROWS
 
 from .common import (BANDWIDTH, BYTES, NONNEG_FLOAT, POSITIVE_DURATION, POSITIVE_FLOAT, POSITIVE_INT, console,
                      emit_json, max_work_option)
-
-DEFAULT_ROWS = 8  # rows of the scaling table when no target asks for more
-
-NEEDS = ("plan-cluster answers two lemmas of paper 003 and needs the inputs of at least one: Lemma 3.1 "
-         "(efficiency and devices for a target speedup) needs --overhead-ratio, with --target-speedup and/or "
-         "--max-devices; Lemma 3.2 (parameter servers) needs --param-bytes, --workers, --bandwidth and "
-         "--compute-time.")
 
 
 @click.command("plan-cluster")
@@ -50,63 +44,25 @@ def plan_cluster(overhead_ratio, target_speedup, max_devices, param_bytes, worke
     servers ceil(2·S_p·N_w / (B_ps·T_C)), from --param-bytes, --workers,
     --bandwidth and --compute-time.
     """
-    from dlsched.errors import DlschedError
-    from dlsched.planning import cluster
+    from dlsched.planning.cluster_plan import plan_cluster as answer
 
-    ps_args = {"--param-bytes": param_bytes, "--workers": workers, "--bandwidth": bandwidth,
-               "--compute-time": compute_time}
-    given = [k for k, v in ps_args.items() if v is not None]
-    if overhead_ratio is None:
-        strays = [k for k, v in (("--target-speedup", target_speedup), ("--max-devices", max_devices))
-                  if v is not None]
-        if strays:
-            raise DlschedError(f"{' and '.join(strays)} {'belong' if len(strays) > 1 else 'belongs'} to Lemma 3.1, "
-                               "which needs --overhead-ratio as well")
-        if not given:
-            raise DlschedError(NEEDS)
-    if given:
-        missing = [k for k, v in ps_args.items() if v is None]
-        if missing:
-            raise DlschedError(f"the parameter-server estimate (Lemma 3.2) needs {', '.join(missing)} as well as "
-                               f"{', '.join(given)}")
-
-    limit = devices = table = servers = None
-    if overhead_ratio is not None:  # Lemma 3.1
-        limit = cluster.speedup_limit(overhead_ratio)
-        if target_speedup is not None:
-            devices = cluster.devices_needed(overhead_ratio, target_speedup)
-        rows = max_devices
-        if rows is None:  # down to the target's row, unless that alone would be refused
-            reach = max(DEFAULT_ROWS, devices or 0)
-            rows = reach if reach <= (max_work or limits.CLUSTER_TABLE.limit) else DEFAULT_ROWS
-        limits.check_work(limits.table_work(rows), limits.CLUSTER_TABLE, "plan-cluster's scaling table", max_work)
-        table = cluster.scaling_table(overhead_ratio, rows)
-    if given:  # Lemma 3.2
-        servers = cluster.parameter_servers(param_bytes, workers, bandwidth, compute_time)
-
+    plan = answer(overhead_ratio, target_speedup, max_devices, param_bytes, workers, bandwidth, compute_time, max_work)
     if as_json:
-        out = {}
-        if table is not None:
-            out.update(overhead_ratio=overhead_ratio, speedup_limit=limit, table=table.to_dict(orient="records"))
-            if target_speedup is not None:
-                out.update(target_speedup=target_speedup, devices=devices, reachable=devices is not None)
-        if servers is not None:
-            out["parameter_servers"] = servers
-            out["parameter_server_inputs"] = {"param_bytes": param_bytes, "workers": workers,
-                                              "bandwidth_bytes_per_s": bandwidth, "compute_time": compute_time}
-        emit_json(out)
+        emit_json(plan.to_dict())
         return
-    if table is not None:
-        _print_devices(overhead_ratio, target_speedup, devices, limit, table)
-    if servers is not None:
-        console.print(f"parameter servers (Lemma 3.2, ⌈2·S_p·N_w / (B_ps·T_C)⌉): [bold]{servers}[/]")
+    if plan.table is not None:
+        _print_devices(plan)
+    if plan.parameter_servers is not None:
+        console.print(f"parameter servers (Lemma 3.2, ⌈2·S_p·N_w / (B_ps·T_C)⌉): [bold]{plan.parameter_servers}[/]")
 
 
-def _print_devices(overhead_ratio, target_speedup, devices, limit, table):
+def _print_devices(plan):
     from rich.table import Table
 
     from dlsched.planning import cluster
 
+    overhead_ratio, target_speedup, devices, limit, table = (plan.overhead_ratio, plan.target_speedup, plan.devices,
+                                                             plan.speedup_limit, plan.table)
     console.print(f"[bold]scaling with overhead ratio R_O = {overhead_ratio:g}[/] (Lemma 3.1)")
     t = Table()
     t.add_column("devices", justify="right")
