@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from .common import (console, duration_option, emit_json, fmt_seconds, key_value_table, load_graph, model_options,
+from .common import (console, duration_option, emit_json, exclusive, fmt_seconds, key_value_table, load_graph, model_options,
                      oracle_options)
 
 
@@ -26,8 +26,7 @@ def bounds(oracle, default_time, makespan, trace_path, as_json, **model_kw):
     from dlsched.analyses.bounds import rate_makespan, trace_makespan
     from dlsched.exporters.oracle_file import load_times
 
-    if makespan is not None and trace_path:
-        raise click.UsageError("give either --makespan or --trace, not both")
+    exclusive(makespan=makespan, trace=trace_path)
     graph = load_graph(**model_kw)
     times = load_times(oracle, graph, default_time)
     b = compute_bounds(graph, times)

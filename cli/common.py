@@ -334,3 +334,15 @@ def key_value_table(title: str | None, rows: list[tuple[str, str]]):
     for name, value in rows:
         t.add_row(name, value)
     return t
+
+
+def exclusive(**given) -> None:
+    """Refuse two options that exclude each other, the one way every command does.
+
+    ``exclusive(makespan=m, trace=t)`` raises a usage error (exit 2) naming
+    ``--makespan`` and ``--trace`` when both are set.
+    """
+    both = [k for k, v in given.items() if v not in (None, (), [], False)]
+    if len(both) > 1:
+        flags = [f"--{k.replace('_', '-')}" for k in both]
+        raise click.UsageError(f"give either {' or '.join(flags)}, not both")
