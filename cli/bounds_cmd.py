@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import click
 
-from .common import (console, duration_option, emit_json, exclusive, fmt_seconds, key_value_table, load_graph, model_options,
-                     oracle_options)
+from .common import (console, duration_option, emit_json, exclusive, fmt_seconds, key_value_table, load_graph,
+                     model_options, oracle_options)
 
 
 @click.command()

@@ -53,7 +53,8 @@ def plan_cluster(overhead_ratio, target_speedup, max_devices, param_bytes, worke
     if plan.table is not None:
         _print_devices(plan)
     if plan.parameter_servers is not None:
-        console.print(f"parameter servers (Lemma 3.2, ⌈2·S_p·N_w / (B_ps·T_C)⌉): [bold]{plan.parameter_servers}[/]")
+        console.print("parameter servers (Lemma 3.2, ⌈2·S_p·N_w / (B_ps·T_C)⌉): "
+                      f"[bold]{plan.parameter_servers}[/]")
 
 
 def _print_devices(plan):
