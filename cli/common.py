@@ -233,20 +233,26 @@ def progress(description: str, total: float | None = None, unit: str = "",
         bar.close()
 
 
-def model_options(fn):
-    """MODEL argument plus --mode, --batch, --ps, --ps-strategy, --buffers."""
-    @click.argument("model")
-    @click.option("--mode", type=click.Choice(["inference", "training"]), default="inference", show_default=True,
-                  help="Forward only, or forward + backward + gradient sends.")
-    @click.option("--batch", type=POSITIVE_INT, default=None, help="Override the batch dimension.")
-    @click.option("--ps", type=POSITIVE_INT, default=None, help="Number of parameter servers [default: 1].")
-    @click.option("--ps-strategy", type=click.Choice(["round-robin", "greedy"]), default=None,
-                  help="How parameters are spread over servers [default: round-robin].")
-    @click.option("--buffers", is_flag=True, help="Also treat non-trainable state as transfers: torch buffers, ONNX BatchNorm mean/variance.")
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        return fn(*args, **kwargs)
-    return wrapper
+def model_options(fn=None, *, required: bool = True):
+    """MODEL argument plus --mode, --batch, --ps, --ps-strategy, --buffers.
+
+    ``@model_options(required=False)`` makes MODEL optional (plan-cluster works from figures alone).
+    """
+    def decorate(fn):
+        @click.argument("model", required=required)
+        @click.option("--mode", type=click.Choice(["inference", "training"]), default="inference", show_default=True,
+                      help="Forward only, or forward + backward + gradient sends.")
+        @click.option("--batch", type=POSITIVE_INT, default=None, help="Override the batch dimension.")
+        @click.option("--ps", type=POSITIVE_INT, default=None, help="Number of parameter servers [default: 1].")
+        @click.option("--ps-strategy", type=click.Choice(["round-robin", "greedy"]), default=None,
+                      help="How parameters are spread over servers [default: round-robin].")
+        @click.option("--buffers", is_flag=True,
+                      help="Also treat non-trainable state as transfers: torch buffers, ONNX BatchNorm mean/variance.")
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            return fn(*args, **kwargs)
+        return wrapper
+    return decorate(fn) if fn is not None else decorate
 
 
 def duration_option(ctx, param, value):

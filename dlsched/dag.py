@@ -311,25 +311,10 @@ class Graph:
     def assign_ps(self, count: int = 1, strategy: str = "round-robin") -> None:
         """Assign parameters (and their gradients) to ``count`` parameter servers.
 
-        ``round-robin`` follows canonical order, like TensorFlow's
-        ``replica_device_setter``; ``greedy`` puts the largest parameter first
-        onto the least-loaded server (ties: lower server index).
+        See :func:`ps_assignment` for the strategies.
         """
-        if count < 1:
-            raise GraphError(f"--ps must be at least 1, got {count}")
         recvs = self.recvs()
-        server: dict[str, int] = {}
-        if strategy == "round-robin":
-            for i, op in enumerate(recvs):
-                server[op.name] = i % count
-        elif strategy == "greedy":
-            load = [0] * count
-            for op in sorted(recvs, key=lambda o: (-o.bytes, o.index)):
-                k = min(range(count), key=lambda j: (load[j], j))
-                server[op.name] = k
-                load[k] += op.bytes
-        else:
-            raise GraphError(f"unknown parameter-server strategy {strategy!r} (round-robin or greedy)")
+        server = ps_assignment(recvs, count, strategy)
         for op in recvs:
             op.resource = downlink(server[op.name])
         for op in self.sends():
@@ -413,6 +398,39 @@ class Graph:
     def __repr__(self) -> str:
         return (f"<Graph {self.name!r} mode={self.mode} ops={len(self)} "
                 f"recv={len(self.recvs())} send={len(self.sends())}>")
+
+
+PS_STRATEGIES = ("round-robin", "greedy")
+
+
+def ps_assignment(recvs: list[Op], count: int, strategy: str = "round-robin") -> dict[str, int]:
+    """The server of each parameter (recv op) under a placement strategy.
+
+    ``round-robin`` follows canonical order, like TensorFlow's
+    ``replica_device_setter``; it can leave servers very uneven when parameter
+    sizes cycle (ResNet's conv/bn/bn). ``greedy`` puts the largest parameter
+    first onto the least-loaded server (ties: lower server index).
+
+    Examples
+    --------
+    >>> g = Graph("g")
+    >>> ops = [g.add_op(n, RECV, bytes=b) for n, b in [("w1", 90), ("b1", 1), ("b2", 1), ("w2", 90)]]
+    >>> ps_assignment(ops, 2), ps_assignment(ops, 2, "greedy")
+    ({'w1': 0, 'b1': 1, 'b2': 0, 'w2': 1}, {'w1': 0, 'w2': 1, 'b1': 0, 'b2': 1})
+    """
+    if count < 1:
+        raise GraphError(f"--ps must be at least 1, got {count}")
+    if strategy == "round-robin":
+        return {op.name: i % count for i, op in enumerate(recvs)}
+    if strategy == "greedy":
+        server: dict[str, int] = {}
+        load = [0] * count
+        for op in sorted(recvs, key=lambda o: (-o.bytes, o.index)):
+            k = min(range(count), key=lambda j: (load[j], j))
+            server[op.name] = k
+            load[k] += op.bytes
+        return server
+    raise GraphError(f"unknown parameter-server strategy {strategy!r} (round-robin or greedy)")
 
 
 def add_gradient_sends(graph: Graph, producers: dict[str, str], frozen: Iterable[str] = ()) -> None:

@@ -3,7 +3,8 @@
 Lemma 3.1: with overhead ratio ``R_O = T_O / T_C`` (time that cannot be hidden
 behind computation over computation time), ``G`` devices run at efficiency
 ``α = (1 + R_O) / (1 + G·R_O)``, a speedup of ``G·α``. The speedup grows with
-``G`` towards ``1 + 1/R_O`` and never reaches it.
+``G`` towards ``1 + 1/R_O`` and never reaches it. Inverted, it gives the
+largest ``R_O`` at which ``G`` devices keep a target efficiency.
 
 Lemma 3.2: ``N_w`` workers pulling and pushing ``S_p`` bytes of parameters per
 round over links of ``B_ps`` bytes/s hide that traffic behind a round of
@@ -17,6 +18,8 @@ Examples
 True
 >>> parameter_servers(180e6, 4, 10e9 / 8, 0.5)
 3
+>>> round(max_overhead_ratio(4, 0.8), 4)
+0.0909
 """
 from __future__ import annotations
 
@@ -104,6 +107,38 @@ def devices_needed(overhead_ratio: float, target_speedup: float) -> int | None:
     while parallel_speedup(R, G) < S * (1 - 1e-12):
         G += 1
     return G
+
+
+def max_overhead_ratio(devices: int, target_efficiency: float) -> float:
+    """Lemma 3.1 inverted: the largest ``R_O`` at which ``devices`` devices keep ``target_efficiency``.
+
+    ``α = (1 + R) / (1 + G·R)`` falls from 1 at ``R = 0`` towards ``1/G``, so
+    ``α(R) ≥ a`` ⟺ ``a + a·G·R ≥ 1 + R`` ⟺ ``R·(a·G − 1) ≤ 1 − a``. For
+    ``a·G > 1`` that is ``R ≤ (1 − a) / (a·G − 1)``; for ``a ≤ 1/G`` every
+    ratio keeps the target and the answer is ``inf``.
+
+    Raises
+    ------
+    DlschedError
+        A device count below 1, or an efficiency outside (0, 1].
+
+    Examples
+    --------
+    The paper's example, 4 GPUs at 80%:
+
+    >>> round(max_overhead_ratio(4, 0.8), 4)
+    0.0909
+    >>> max_overhead_ratio(4, 0.25)
+    inf
+    """
+    if devices < 1:
+        raise DlschedError(f"--devices must be ≥ 1, got {devices}")
+    if not (0 < target_efficiency <= 1):
+        raise DlschedError(f"--target-efficiency must lie in (0, 1], e.g. 0.8 or 80%, got {target_efficiency}")
+    G, a = devices, target_efficiency
+    if a * G <= 1:
+        return math.inf
+    return (1 - a) / (a * G - 1)
 
 
 def parameter_servers(param_bytes: float, workers: int, bandwidth: float, compute_time: float) -> int:
