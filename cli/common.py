@@ -241,7 +241,7 @@ def model_options(fn=None, *, required: bool = True):
     def decorate(fn):
         @click.argument("model", required=required)
         @click.option("--mode", type=click.Choice(["inference", "training"]), default="inference", show_default=True,
-                      help="Forward only, or forward + backward + gradient sends.")
+                      help="Forward only, or forward + backward + gradient sends (a .dag.json keeps its own).")
         @click.option("--batch", type=POSITIVE_INT, default=None, help="Override the batch dimension.")
         @click.option("--ps", type=POSITIVE_INT, default=None, help="Number of parameter servers [default: 1].")
         @click.option("--ps-strategy", type=click.Choice(["round-robin", "greedy"]), default=None,
@@ -280,8 +280,18 @@ def oracle_options(required: bool = True, oracle_help: str = "Time oracle file (
 
 def load_graph(model: str, mode: str = "inference", batch: int | None = None, ps: int | None = None,
                ps_strategy: str | None = None, buffers: bool = False, **_: Any):
-    """Load MODEL with the shared options (see :func:`dlsched.loader.load_model`)."""
+    """Load MODEL with the shared options (see :func:`dlsched.loader.load_model`).
+
+    A --mode left at its default is passed as unset, so a saved DAG keeps its own.
+    """
+    from click.core import ParameterSource
+
     from dlsched.loader import load_model
+
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and "mode" in ctx.params and ctx.get_parameter_source("mode") is ParameterSource.DEFAULT \
+            and ctx.params["mode"] == mode:
+        mode = None
 
     return load_model(model, mode=mode, batch=batch, ps=ps, ps_strategy=ps_strategy, buffers=buffers)
 

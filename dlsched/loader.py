@@ -58,7 +58,7 @@ def detect_format(model: str) -> str:
         f".dag.json, a SavedModel folder, or a PyTorch factory file.py:fn")
 
 
-def load_model(model: str, mode: str = "inference", batch: int | None = None, ps: int | None = None,
+def load_model(model: str, mode: str | None = None, batch: int | None = None, ps: int | None = None,
                ps_strategy: str | None = None, buffers: bool = False,
                frozen_consts: bool = True) -> Graph:
     """Import ``model`` into the common DAG and assign its parameter servers.
@@ -67,9 +67,12 @@ def load_model(model: str, mode: str = "inference", batch: int | None = None, ps
     ----------
     model : str
         See the module docstring.
-    mode : {"inference", "training"}
+    mode : {"inference", "training"}, optional
+        Default ``inference``. A ``.dag.json`` keeps the mode it was saved
+        with: asking it for another is an error, not silently ignored.
     batch : int, optional
-        Overrides a symbolic (or the example's) batch dimension.
+        Overrides a symbolic (or the example's) batch dimension. Not for a
+        ``.dag.json``, whose shapes were fixed when it was captured.
     ps, ps_strategy : int, str, optional
         Parameter-server count (default 1) and assignment (``round-robin``,
         the default, or ``greedy``). A saved ``.dag.json`` keeps its own
@@ -77,7 +80,8 @@ def load_model(model: str, mode: str = "inference", batch: int | None = None, ps
     buffers : bool
         Also turn non-trainable floating-point state into recv ops: torch
         buffers (BatchNorm running statistics), and for ONNX the initializers
-        feeding BatchNormalization's mean/variance inputs.
+        feeding BatchNormalization's mean/variance inputs. Decided at import,
+        so not for a ``.dag.json``.
     frozen_consts : bool
         TF only: treat floating-point ``Const`` tensors of rank ≥ 1 in frozen
         graphs as parameters.
@@ -86,13 +90,15 @@ def load_model(model: str, mode: str = "inference", batch: int | None = None, ps
     ------
     ImportFailure, GraphError
     """
-    if mode not in MODES:
+    if mode is not None and mode not in MODES:
         raise ImportFailure(f"unknown mode {mode!r}; expected inference or training")
     if batch is not None and batch < 1:
         raise ImportFailure(f"--batch must be at least 1, got {batch}")
     fmt = detect_format(model)
+    mode = mode or ("inference" if fmt != "dag" else None)
     if fmt == "dag":
         graph = load_dag(model)
+        _check_saved_options(model, graph, mode, batch, buffers)
     elif fmt == "onnx":
         from .importers.onnx_importer import import_onnx
         graph = import_onnx(model, mode=mode, batch=batch, buffers=buffers)
@@ -110,3 +116,17 @@ def load_model(model: str, mode: str = "inference", batch: int | None = None, ps
         graph.assign_ps(ps or graph.ps_count if fmt == "dag" else ps or 1,
                         ps_strategy or (graph.ps_strategy if fmt == "dag" else "round-robin"))
     return graph
+
+
+def _check_saved_options(path: str, graph: Graph, mode: str | None, batch: int | None, buffers: bool) -> None:
+    """Refuse import options that a saved DAG cannot honour, instead of ignoring them."""
+    fixed = []
+    if mode is not None and mode != graph.mode:
+        fixed.append(f"it holds the {graph.mode} graph, so --mode {mode} cannot apply")
+    if batch is not None:
+        fixed.append(f"its shapes were fixed when it was captured, so --batch {batch} cannot apply")
+    if buffers:
+        fixed.append("its transfers were chosen when it was captured, so --buffers cannot apply")
+    if fixed:
+        raise ImportFailure(f"{path} is a saved DAG: {'; '.join(fixed)}. Drop the option(s), or import the "
+                            "original model again with them (dlsched inspect MODEL ... --save FILE.dag.json).")

@@ -263,3 +263,15 @@ def test_gate_takes_the_same_units_as_the_other_commands(model, tmp_path):
     options = json.loads(out.read_text())["options"]
     assert options["default_time"] == pytest.approx(1e-6) and options["margin"] == pytest.approx(0.1)
     assert run_cli("check", model["dag"], "--baseline", out, "--default-time", "1us").returncode == 0
+
+
+@pytest.mark.parametrize("args,needle", [
+    (("--mode", "inference"), "--mode inference cannot apply"),
+    (("--batch", "4"), "--batch 4 cannot apply"),
+    (("--buffers",), "--buffers cannot apply"),
+])
+def test_saved_dag_refuses_import_options_it_cannot_honour(model, args, needle):
+    """A .dag.json is fixed at capture: --mode, --batch and --buffers on it are refused, not ignored."""
+    assert_clean_error(run_cli("inspect", model["dag"], *args), needle, "saved DAG")
+    ok = run_cli("inspect", model["dag"], "--mode", "training", "--json")  # its own mode is fine
+    assert ok.returncode == 0 and json.loads(ok.stdout)["ops"] == len(model["graph"])
