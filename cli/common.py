@@ -13,6 +13,8 @@ from typing import Any, Callable, Iterator
 import click
 from rich.console import Console
 
+from dlsched.units import parse_quantity  # the commands' numbers with units; re-exported here
+
 console = Console(stderr=False, highlight=False)
 err_console = Console(stderr=True, highlight=False)
 
@@ -46,42 +48,6 @@ class FiniteFloat(click.FloatRange):
 NONNEG_FLOAT = FiniteFloat(min=0)
 #: Positive finite reals: a speedup, a speed factor.
 POSITIVE_FLOAT = FiniteFloat(min=0, min_open=True)
-
-
-def parse_quantity(kind: str, text, what: str | None = None, positive: bool = True):
-    """Parse a number with a unit and check it means something; raise :class:`~dlsched.errors.DlschedError`.
-
-    Parameters
-    ----------
-    kind : {"bytes", "bandwidth", "duration", "fraction"}
-        Parsed by :mod:`dlsched.units` (``16GiB``, ``10Gbps``, ``50us``, ``10%``).
-    text : str or number
-    what : str, optional
-        The option or field the message starts with (``"--memory"``, ``"worker gpu0: memory"``).
-    positive : bool
-        Refuse zero as well as negative values (a fraction is then in ``[0, 1)`` instead).
-
-    Returns
-    -------
-    int or float
-        Bytes (int), bytes per second, seconds, or a fraction.
-    """
-    from dlsched import units
-    from dlsched.errors import DlschedError
-
-    parse = {"bytes": units.parse_bytes, "bandwidth": units.parse_bandwidth, "duration": units.parse_duration,
-             "fraction": units.parse_fraction}[kind]
-    where = f"{what}: " if what else ""
-    try:
-        value = parse(str(text))
-    except DlschedError as e:
-        raise DlschedError(f"{where}{e}") from None
-    if kind == "fraction":
-        if not 0 <= value < 1:  # a margin of 100% leaves nothing to use
-            raise DlschedError(f"{where}a fraction in [0, 1) is needed (e.g. 0.1 or 10%), got {text!r}")
-    elif positive and not value > 0:
-        raise DlschedError(f"{where}must be positive, got {text!r}")
-    return value
 
 
 class Quantity(click.ParamType):

@@ -105,3 +105,52 @@ def parse_fraction(text: str) -> float:
     if not math.isfinite(value) or value < 0:
         raise DlschedError(f"a fraction must be a finite, non-negative number (e.g. 0.1 or 10%), got {text!r}")
     return value
+
+
+_PARSERS = {"bytes": parse_bytes, "bandwidth": parse_bandwidth, "duration": parse_duration, "fraction": parse_fraction}
+
+
+def parse_quantity(kind: str, text, what: str | None = None, positive: bool = True):
+    """Parse a number with a unit and check it means something.
+
+    Parameters
+    ----------
+    kind : {"bytes", "bandwidth", "duration", "fraction"}
+        Parsed by :func:`parse_bytes`, :func:`parse_bandwidth`, :func:`parse_duration`
+        or :func:`parse_fraction` (``16GiB``, ``10Gbps``, ``50us``, ``10%``).
+    text : str or number
+    what : str, optional
+        The option or field the message starts with (``"--memory"``, ``"worker gpu0: memory"``).
+    positive : bool
+        Refuse zero as well as negative values (a fraction is then in ``[0, 1)`` instead).
+
+    Returns
+    -------
+    int or float
+        Bytes (int), bytes per second, seconds, or a fraction.
+
+    Raises
+    ------
+    DlschedError
+        The text does not parse, or the value means nothing (zero memory, a margin of 100%).
+
+    Examples
+    --------
+    >>> parse_quantity("bytes", "1KiB"), parse_quantity("fraction", "10%")
+    (1024, 0.1)
+    >>> parse_quantity("bytes", "0", "worker a: memory")
+    Traceback (most recent call last):
+    ...
+    dlsched.errors.DlschedError: worker a: memory: must be positive, got '0'
+    """
+    where = f"{what}: " if what else ""
+    try:
+        value = _PARSERS[kind](str(text))
+    except DlschedError as e:
+        raise DlschedError(f"{where}{e}") from None
+    if kind == "fraction":
+        if not 0 <= value < 1:  # a margin of 100% leaves nothing to use
+            raise DlschedError(f"{where}a fraction in [0, 1) is needed (e.g. 0.1 or 10%), got {text!r}")
+    elif positive and not value > 0:
+        raise DlschedError(f"{where}must be positive, got {text!r}")
+    return value
