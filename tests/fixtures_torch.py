@@ -45,6 +45,23 @@ FACTORIES = textwrap.dedent('''
         return Regressor(), (torch.randn(batch, 5, 6),)
 
 
+    class Rotary(nn.Module):
+        """A persistent running statistic and a non-persistent derived constant (like Llama's inv_freq)."""
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+            self.register_buffer("shift", torch.zeros(4))
+            self.register_buffer("inv_freq", torch.arange(1.0, 5.0), persistent=False)
+
+        def forward(self, x):
+            return self.lin(x) * self.inv_freq + self.shift
+
+
+    def rotary():
+        torch.manual_seed(0)
+        return Rotary(), (torch.randn(2, 4),)
+
+
     def raises():
         raise RuntimeError("weights file is corrupt")
 

@@ -172,6 +172,14 @@ def test_training_loss_for_non_logit_output(torch_factories):
     assert [s.name for s in graph.sends()] == ["lin.weight/grad", "lin.bias/grad"]
 
 
+def test_non_persistent_buffers_are_not_transfers(torch_factories):
+    """A buffer outside the state dict (persistent=False: derived constants such as
+    rotary inv_freq) is rebuilt by every worker, so no server sends it."""
+    for mode in ("inference", "training"):
+        graph = import_factory(f"{torch_factories}:rotary", mode=mode, buffers=True)
+        assert [r.name for r in graph.recvs()] == ["lin.weight", "lin.bias", "shift"], mode
+
+
 def test_buffers_become_recvs_after_parameters(torch_factories):
     spec = f"{torch_factories}:bnnet"
     plain = import_factory(spec)

@@ -123,7 +123,14 @@ class TracedModel:
 
 # -- tracing --------------------------------------------------------------------
 def _float_buffers(module) -> list:
-    return [(n, b) for n, b in module.named_buffers() if b.is_floating_point()]
+    """Floating-point buffers a server would hold: those in the state dict.
+
+    Non-persistent buffers (``persistent=False``, e.g. Llama's rotary
+    ``inv_freq``) are derived constants each worker rebuilds, not transfers.
+    """
+    derived = {f"{prefix}.{n}" if prefix else n
+               for prefix, m in module.named_modules() for n in m._non_persistent_buffers_set}
+    return [(n, b) for n, b in module.named_buffers() if b.is_floating_point() and n not in derived]
 
 
 def trace_factory(spec: str, mode: str = "inference", batch: int | None = None, buffers: bool = False,
