@@ -73,10 +73,27 @@ def _exit_on_sigterm(signum, frame):
     raise SystemExit(128 + signum)
 
 
+def _print_dlsched_warnings() -> None:
+    """dlsched's own warnings become one ``warning:`` line on stderr; others keep Python's format."""
+    import warnings
+
+    from dlsched.errors import DlschedWarning
+    warnings.filterwarnings("default", category=DlschedWarning)  # even under PYTHONWARNINGS=ignore: they are output
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, DlschedWarning):
+            click.echo(f"warning: {message}", err=True)
+        else:
+            shown(message, category, filename, lineno, file, line)
+    warnings.showwarning = show
+
+
 def main(argv=None):
     """Console entry point: user errors exit 2 with one paragraph, no traceback."""
     from dlsched.errors import DlschedError
 
+    _print_dlsched_warnings()
     try:
         signal.signal(signal.SIGTERM, _exit_on_sigterm)
     except ValueError:  # not the main thread (an embedding program owns signals)

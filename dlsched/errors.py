@@ -1,9 +1,11 @@
-"""User-facing errors.
+"""User-facing errors, and warnings.
 
 Every problem with the user's input (a corrupt file, a cycle, a missing oracle
 entry, a priority file for another model, a dead peer) is raised as a
 :class:`DlschedError`. The CLI prints its message as one paragraph and exits
-with code 2; it never shows a traceback for these.
+with code 2; it never shows a traceback for these. A result that stands but
+may mislead is flagged with :class:`DlschedWarning` (``warnings.warn``); the CLI
+prints it as one ``warning:`` line on stderr.
 """
 
 
@@ -35,3 +37,7 @@ class OutputError(DlschedError):
 
 class WorkLimitError(DlschedError):
     """Work estimated from the options exceeds its budget (:mod:`dlsched.limits`); ``--max-work`` lifts it."""
+
+
+class DlschedWarning(UserWarning):
+    """The result stands, but the user should know something about it (printed as ``warning: …`` by the CLI)."""

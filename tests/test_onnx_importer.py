@@ -207,3 +207,26 @@ def test_subgraph_outer_scope_dependency(tmp_path):
     assert [r.name for r in graph.recvs()] == ["w"]
     assert set(graph.predecessors("branch")) == {"w", "relu"}
     assert all(op.kind != COMPUTE or op.name in ("relu", "branch") for op in graph.ops())
+
+
+@pytest.mark.parametrize("folding", [True, False])
+def test_anonymous_transfers_from_constant_folding_are_named_in_a_warning(tmp_path, folding):
+    """torch's exporter folds a 3-D Linear's transposed weight into a new initializer
+    ``onnx::MatMul_N``; the import still works, and says the names were lost."""
+    import warnings
+
+    import torch
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    path = tmp_path / "mlp.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(mlp, (torch.randn(2, 3, 4),), str(path), dynamo=False, do_constant_folding=folding)
+    proc = run_cli("inspect", str(path), "--json", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["recv_ops"] == 4  # stdout stays one JSON object
+    if folding:
+        assert "warning:" in proc.stderr and "onnx::MatMul_" in proc.stderr and "do_constant_folding=False" \
+            in proc.stderr, proc.stderr
+    else:
+        assert "warning" not in proc.stderr, proc.stderr

@@ -39,6 +39,7 @@ serialised again. Unknown dimensions are ``None``.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from dlsched.dag import COMPUTE, RECV, Graph, add_gradient_sends
@@ -215,6 +216,24 @@ def _infer(model, path: Path, batch: int | None) -> dict:
     return info
 
 
+ANONYMOUS = re.compile(r"^onnx::")  # initializers the torch exporter made up while folding constants
+
+
+def _warn_anonymous(path, names: set[str]) -> None:
+    """Say when transfers lost their parameter names: priority files then name tensors the hooks do not know."""
+    anonymous = sorted(n for n in names if ANONYMOUS.match(n))
+    if anonymous:
+        import warnings
+
+        from dlsched.errors import DlschedWarning
+        warnings.warn(DlschedWarning(
+            f"{path}: {len(anonymous)} of {len(names)} transfers have names the exporter made up (e.g. "
+            f"{anonymous[0]}): constant folding replaced those parameters (a transposed weight becomes a new "
+            "initializer), so the transfers no longer match the model's parameters one to one and a priority "
+            "file cannot name them for a hook. Export with torch.onnx.export(..., do_constant_folding=False) to "
+            "keep the names."), stacklevel=3)
+
+
 def import_onnx(path, mode: str = "inference", batch: int | None = None, buffers: bool = False) -> Graph:
     """Import the ONNX model at ``path`` into a :class:`~dlsched.dag.Graph`.
 
@@ -278,6 +297,7 @@ def import_onnx(path, mode: str = "inference", batch: int | None = None, buffers
                      shape=[int(d) for d in t.dims], dtypes=[dtype])
         tensor_src[t.name] = t.name
     recv_names = set(tensor_src)
+    _warn_anonymous(path, recv_names)
 
     for i, node in enumerate(nodes):
         for out in node.output:
