@@ -73,6 +73,92 @@ def linear_time_curve(seconds: float, batch: int) -> Callable[[float], float]:
     return lambda b: rate * b
 
 
+def oracle_compute_seconds(path, graph=None) -> float:
+    """Σ compute-op time of a time-oracle file: one step at the batch it was profiled at.
+
+    With ``graph``, the oracle is mapped onto the model by
+    :func:`~dlsched.exporters.oracle_file.load_times` and the model's compute ops
+    are summed; an op the oracle lacks counts 0 s (as a file that times only the
+    compute ops should). Without a graph (a measured PyTorch factory), the rows
+    on a ``compute`` resource are summed, or every row when the file has no
+    ``resource`` column.
+
+    Raises
+    ------
+    OracleError
+        The file is missing or malformed, or it times no compute op.
+
+    Examples
+    --------
+    >>> import pandas as pd, tempfile, pathlib
+    >>> from dlsched.exporters.oracle_file import write_oracle
+    >>> from dlsched.synthetic import random_dag
+    >>> g, times = random_dag(6, 2, training=True, seed=0)
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "oracle.csv"
+    >>> write_oracle(pd.DataFrame({"op": list(times), "time": list(times.values())}), path)
+    >>> compute = sum(t for n, t in times.items() if g.op(n).kind == "compute")
+    >>> abs(oracle_compute_seconds(path, g) - compute) < 1e-9
+    True
+    """
+    import pandas as pd
+
+    from dlsched.errors import OracleError
+    from dlsched.exporters.oracle_file import load_times, read_oracle
+
+    if graph is not None:
+        times = load_times(path, graph, default_time=0.0)
+        total = float(pd.Series([times[op.name] for op in graph.compute_ops()], dtype=float).sum())
+    else:
+        df = read_oracle(path)
+        on_compute = (df["resource"].astype(str).str.startswith("compute") if "resource" in df.columns
+                      else pd.Series(True, index=df.index))
+        total = float(pd.to_numeric(df["time"])[on_compute].sum())
+    if not total > 0:
+        raise OracleError(f"{path}: no compute-op times in this oracle (rows need a compute resource "
+                          "or names of the model's compute ops)")
+    return total
+
+
+def profiled_batch(batch: int | None, graph=None, unknown: str = "pass --batch") -> int:
+    """The batch an oracle was profiled at: ``batch``, else the graph's (:func:`~dlsched.planning.memory.graph_batch`).
+
+    Raises
+    ------
+    DlschedError
+        With the message ``unknown`` when neither is given.
+
+    Examples
+    --------
+    >>> profiled_batch(8)
+    8
+    >>> profiled_batch(None, unknown="--oracle needs --batch")
+    Traceback (most recent call last):
+    ...
+    dlsched.errors.DlschedError: --oracle needs --batch
+    """
+    from .memory import graph_batch
+
+    at = batch or (graph_batch(graph) if graph is not None else None)
+    if at is None:
+        raise DlschedError(unknown)
+    return at
+
+
+def oracle_time_curve(path, graph, batch: int) -> Callable[[float], float]:
+    """``t(b)`` from an oracle file: its compute time (:func:`oracle_compute_seconds`) at ``batch``, scaled linearly.
+
+    Examples
+    --------
+    >>> import pandas as pd, tempfile, pathlib
+    >>> from dlsched.exporters.oracle_file import write_oracle
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "oracle.csv"
+    >>> write_oracle(pd.DataFrame({"op": ["conv"], "time": [0.2], "resource": ["compute"]}), path)
+    >>> oracle_time_curve(path, None, 8)(32)
+    0.8
+    """
+    return linear_time_curve(oracle_compute_seconds(path, graph), batch)
+
+
 def interpolated_time_curve(points: dict[int, float]) -> Callable:
     """Piecewise-linear, monotone ``t(b)`` through measured ``{batch: seconds}``.
 
@@ -104,6 +190,39 @@ def interpolated_time_curve(points: dict[int, float]) -> Callable:
         return out if out.ndim else float(out)
 
     return curve
+
+
+def _per_sample(b):
+    return float(b)
+
+
+@dataclass(frozen=True)
+class TimeReference:
+    """The reference time curve ``t_ref(b)``: what a throughput table reads and a worker's speed divides.
+
+    The default is the unit curve ``t_ref(b) = b``, so times are in reference per-sample units.
+
+    Attributes
+    ----------
+    curve : callable
+        ``t_ref(b)``.
+    linear : bool
+        ``t_ref`` is proportional to the batch (an oracle, or the unit curve), which allows the closed-form split.
+    unit : {"reference-sample", "s"}
+    source : str
+        Where the curve comes from, in words.
+
+    Examples
+    --------
+    >>> ref = TimeReference()
+    >>> ref.curve(4), ref.unit
+    (4.0, 'reference-sample')
+    """
+
+    curve: Callable = _per_sample
+    linear: bool = True
+    unit: str = "reference-sample"
+    source: str = "unit"
 
 
 def throughput_table(curve: Callable, batches, max_batch: int | None = None):

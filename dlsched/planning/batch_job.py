@@ -1,0 +1,219 @@
+"""The ``plan-batch`` answer: one device's largest batch, or a global batch split over workers (DESIGN §5).
+
+:func:`run_plan_batch` builds the memory model (static from the training
+graph, or measured steps of a PyTorch factory), the reference time curve
+(an oracle, measured step times, or the unit curve) and then either the
+single-device plan with its throughput table (:mod:`dlsched.planning.batch`)
+or the per-worker split (:mod:`dlsched.planning.hetero`) over the workers of
+``--worker`` or a cluster file (:mod:`dlsched.planning.cluster_file`).
+
+Examples
+--------
+>>> import tempfile, pathlib
+>>> from dlsched.exporters.dag_json import save_dag
+>>> from dlsched.synthetic import random_dag
+>>> path = pathlib.Path(tempfile.mkdtemp()) / "m.dag.json"
+>>> save_dag(random_dag(6, 3, training=True, seed=2)[0], path)
+>>> run_plan_batch(str(path), memory=1_000_000).plan.batch
+1405
+>>> split = run_plan_batch(str(path), global_batch=30, workers=["a:1MB:1", "b:1MB:2"])
+>>> split.plan.batches, split.time_unit
+([10, 20], 'reference-sample')
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dlsched.errors import DlschedError
+
+from . import batch as batchplan
+from .cluster_file import Cluster, parse_workers, read_cluster, worker_specs
+
+#: Headroom kept free when neither ``--margin`` nor the cluster file gives one.
+DEFAULT_MARGIN = 0.1
+
+
+@dataclass(frozen=True)
+class DeviceAnswer:
+    """A single-device plan, and what it was planned from.
+
+    Attributes
+    ----------
+    model : str
+        MODEL as given.
+    optimizer : str
+    plan : BatchPlan
+        The largest batch, its capacity, margin and memory model.
+    reference : TimeReference
+        The time curve the throughput table reads.
+    throughput : pandas.DataFrame or None
+        ``batch, time, samples_per_s, fits``; only when times were given (an oracle or measured steps).
+    measurements : list of StepMeasurement
+        The measured steps (``--measure``), else empty.
+    """
+
+    model: str
+    optimizer: str
+    plan: batchplan.BatchPlan
+    reference: batchplan.TimeReference
+    throughput: object = None
+    measurements: list = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """The JSON form."""
+        out = {"model": self.model, **self.plan.to_dict(), "optimizer": self.optimizer}
+        if self.throughput is not None:
+            out["throughput"] = self.throughput.to_dict(orient="records")
+            out["time_source"] = self.reference.source
+        if self.measurements:
+            out["measurements"] = [{"batch": p.batch, "peak": p.peak_bytes, "seconds": p.seconds}
+                                   for p in self.measurements]
+        return out
+
+
+@dataclass(frozen=True)
+class SplitAnswer:
+    """A global batch split over heterogeneous workers, and what it was planned from.
+
+    Attributes
+    ----------
+    estimate : MemoryEstimate
+    plan : HeteroPlan
+    margin : float
+        Headroom kept free on every worker.
+    time_unit : {"s", "reference-sample"}
+    time_source : str
+        Where the times come from, in words.
+    """
+
+    estimate: object
+    plan: object
+    margin: float
+    time_unit: str
+    time_source: str
+
+    def to_dict(self) -> dict:
+        """The JSON form."""
+        return {**self.plan.to_dict(), "estimate": self.estimate.estimate, "optimizer": self.estimate.optimizer,
+                "margin": self.margin, "time_unit": self.time_unit, "time_source": self.time_source}
+
+
+def _workers(workers, cluster) -> Cluster | None:
+    """The workers of ``--worker`` or of a cluster file; ``None`` for a single-device plan."""
+    if workers and cluster:
+        raise DlschedError("give workers either with --worker or with --cluster, not both")
+    if cluster:
+        return read_cluster(cluster)
+    return parse_workers(workers) if workers else None
+
+
+def _memory_model(model, optimizer, dtype, measure_batches, device, batch, buffers):
+    """The memory estimate, the graph it came from (static) and the measured steps (measured)."""
+    if measure_batches is not None:
+        from .measure import measured_estimate
+
+        est, points = measured_estimate(model, measure_batches, optimizer, device, time_steps=True)
+        return est, None, points
+    from dlsched.loader import load_model
+
+    from .memory import static_estimate
+
+    graph = load_model(model, mode="training", batch=batch, buffers=buffers)
+    return static_estimate(graph, optimizer=optimizer, dtype=dtype, batch=batch), graph, []
+
+
+def _reference(oracle, graph, batch, points, device) -> batchplan.TimeReference:
+    """``t_ref(b)`` from the oracle, else the measured steps, else the unit curve."""
+    if oracle:
+        # no graph means --measure, where nothing tells the batch the oracle was profiled at
+        at = batchplan.profiled_batch(batch, graph, "--oracle with --measure needs --batch: the batch the oracle was "
+                                      "profiled at")
+        return batchplan.TimeReference(batchplan.oracle_time_curve(oracle, graph, at), True, "s",
+                                       f"oracle {oracle} at batch {at}")
+    if points:
+        return batchplan.TimeReference(batchplan.interpolated_time_curve({p.batch: p.seconds for p in points}),
+                                       False, "s", f"measured steps on {device}")
+    return batchplan.TimeReference()
+
+
+def run_plan_batch(model: str, memory: float | None = None, margin: float | None = None, optimizer: str = "sgd",
+                   dtype: str | None = None, measure_batches=None, device: str = "cpu", oracle: str | None = None,
+                   batch: int | None = None, buffers: bool = False, global_batch: int | None = None,
+                   workers=(), cluster: str | None = None, max_work: int | None = None):
+    """Plan the batch for one device (``memory``) or split ``global_batch`` over workers.
+
+    Parameters
+    ----------
+    model : str
+        A model file, or a PyTorch factory ``file.py:fn`` with ``measure_batches``.
+    memory : float, optional
+        One device's capacity in bytes (single-device plan).
+    margin : float, optional
+        Headroom kept free; by default the cluster file's, else :data:`DEFAULT_MARGIN`.
+    optimizer : {"sgd", "momentum", "adam"}
+    dtype : str, optional
+        Parameter dtype of the static estimate.
+    measure_batches : sequence of int, optional
+        Measure real training steps at these batches instead of the static estimate.
+    device : {"cpu", "cuda"}
+        Where measured steps run.
+    oracle : str, optional
+        MODEL's time oracle: the reference time curve in seconds.
+    batch : int, optional
+        The batch MODEL is imported at (and the oracles were profiled at).
+    buffers : bool
+        torch: treat registered buffers as parameters.
+    global_batch : int, optional
+        The batch to split over workers (default: the cluster file's).
+    workers : sequence of str
+        ``NAME:MEMORY[:SPEED]`` texts (:func:`~dlsched.planning.cluster_file.parse_workers`).
+    cluster : str, optional
+        A cluster file (:func:`~dlsched.planning.cluster_file.read_cluster`); excludes ``workers``.
+    max_work : int, optional
+        Overrides :data:`dlsched.limits.PLAN_BATCH` for the exact split.
+
+    Returns
+    -------
+    DeviceAnswer or SplitAnswer
+        ``SplitAnswer`` when workers were given.
+
+    Raises
+    ------
+    DlschedError
+        Both ``workers`` and ``cluster``; no ``memory`` for one device, or no global
+        batch for workers; a bad cluster file or worker text; a model that does not
+        fit; a global batch above what the workers hold.
+    WorkLimitError
+        The exact split would exceed its work budget.
+
+    Examples
+    --------
+    >>> run_plan_batch("model.dag.json")
+    Traceback (most recent call last):
+    ...
+    dlsched.errors.DlschedError: give --memory for a single-device plan, or --global-batch with --worker/--cluster
+    """
+    cluster_ = _workers(workers, cluster)
+    if cluster_ is not None:
+        margin = margin if margin is not None else cluster_.margin
+        global_batch = global_batch if global_batch is not None else cluster_.global_batch
+        if global_batch is None:
+            raise DlschedError("a heterogeneous plan needs --global-batch X (or global_batch in the cluster file)")
+    elif memory is None:
+        raise DlschedError("give --memory for a single-device plan, or --global-batch with --worker/--cluster")
+    margin = DEFAULT_MARGIN if margin is None else margin
+    est, graph, points = _memory_model(model, optimizer, dtype, measure_batches, device, batch, buffers)
+    reference = _reference(oracle, graph, batch, points, device)
+    if cluster_ is not None:
+        from .hetero import plan_workers
+
+        specs, unit, source = worker_specs(cluster_.workers, est, margin, reference, graph, batch)
+        return SplitAnswer(est, plan_workers(specs, global_batch, max_work=max_work), margin, unit, source)
+    plan = batchplan.plan_batch(est, memory, margin)
+    table = None
+    if oracle or points:
+        bs = batchplan.default_table_batches(plan.batch)
+        if points and not oracle:  # measured points and the plan; no extrapolation below the points
+            bs = sorted({p.batch for p in points} | {plan.batch})
+        table = batchplan.throughput_table(reference.curve, bs, plan.batch)
+    return DeviceAnswer(model, optimizer, plan, reference, table, points)
