@@ -21,22 +21,28 @@ def bounds(oracle, default_time, makespan, trace_path, as_json, **model_kw):
     U runs every op one after another; L keeps the busiest resource always
     busy; S = (U − L) / L is the most any transfer order can gain. With
     --makespan or --trace, also the scheduling efficiency E = (U − m) / (U − L).
+    Beside L, the dependency-aware lower bound L_dep (sends wait for the
+    backward, which waits for the recvs) and the efficiency against it,
+    (U − m) / (U − L_dep): near 1 means no order can do much better.
     """
     from dlsched.analyses.bounds import bounds as compute_bounds
     from dlsched.analyses.bounds import rate_makespan, trace_makespan
+    from dlsched.analyses.dependency_bound import dependency_bound
     from dlsched.exporters.oracle_file import load_times
 
     exclusive(makespan=makespan, trace=trace_path)
     graph = load_graph(**model_kw)
     times = load_times(oracle, graph, default_time)
-    b = compute_bounds(graph, times)
+    b, dep = compute_bounds(graph, times), dependency_bound(graph, times)
     if trace_path:
         makespan = trace_makespan(trace_path)
     out = {"model": graph.name, "mode": graph.mode, "upper": b.upper, "lower": b.lower, "speedup": b.speedup,
-           "loads": dict(b.loads)}
+           "loads": dict(b.loads), "dependency_lower": dep.lower, "dependency_resource": dep.resource,
+           "critical_path": dep.critical_path}
     if makespan is not None:
-        rating = rate_makespan(b.upper, b.lower, makespan)
-        out.update(makespan=makespan, efficiency=rating.efficiency, model_error=rating.model_error)
+        rating, dep_rating = rate_makespan(b.upper, b.lower, makespan), rate_makespan(b.upper, dep.lower, makespan)
+        out.update(makespan=makespan, efficiency=rating.efficiency, model_error=rating.model_error,
+                   dependency_efficiency=dep_rating.efficiency)
     if as_json:
         emit_json(out)
         return
@@ -44,11 +50,14 @@ def bounds(oracle, default_time, makespan, trace_path, as_json, **model_kw):
 
     rows = [("upper bound U (all serial)", fmt_seconds(b.upper)),
             ("lower bound L (busiest resource)", fmt_seconds(b.lower)),
+            ("dependency-aware lower bound L_dep", f"{fmt_seconds(dep.lower)}  (binding: {dep.resource})"),
             ("best-case speedup S", f"{b.speedup:.3f}  ({b.speedup * 100:.1f}%)")]
     if makespan is not None:
         rows.append(("makespan" + (" (trace)" if trace_path else ""), fmt_seconds(makespan)))
         rows.append(("scheduling efficiency E", f"{rating.efficiency:.3f}" if rating.efficiency is not None
                      else "— (model error, see below)"))
+        if dep_rating.efficiency is not None:
+            rows.append(("efficiency against L_dep", f"{dep_rating.efficiency:.3f}"))
     t = key_value_table(f"{graph.name} ({graph.mode}): makespan bounds", rows)
     console.print(t)
     loads = Table(title="load per resource", title_justify="left")
