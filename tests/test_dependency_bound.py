@@ -73,3 +73,20 @@ def test_missing_times_are_an_oracle_error():
     times.pop(next(iter(times)))
     with pytest.raises(OracleError):
         dependency_bound(graph, times)
+
+
+def test_bert_training_scores_near_one_against_the_dependency_bound(tmp_path):
+    """Single-worker BERT training: TicTac's E reads as a bad order, yet TAC is within a few % of
+    what the dependencies allow; `bounds --makespan` says both."""
+    import json
+
+    from tests.conftest import run_cli
+    dag, oracle = tmp_path / "bert.dag.json", tmp_path / "oracle.csv"
+    for args in (("inspect", "examples/hf_models.py:bert", "--mode", "training", "--save", dag),
+                 ("profile", dag, "--analytic", "-o", oracle)):
+        proc = run_cli(*args, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+    sim = json.loads(run_cli("simulate", dag, "--oracle", oracle, "--algo", "tac", "--json").stdout)
+    out = json.loads(run_cli("bounds", dag, "--oracle", oracle, "--makespan", str(sim["makespan"]), "--json").stdout)
+    assert out["efficiency"] < 0.5 and out["dependency_efficiency"] >= 0.9, out
+    assert out["lower"] < out["dependency_lower"] <= sim["makespan"] + 1e-12
