@@ -122,7 +122,8 @@ def _check_saved_options(path: str, graph: Graph, mode: str | None, batch: int |
     """Refuse import options that a saved DAG cannot honour, instead of ignoring them."""
     fixed = []
     if mode is not None and mode != graph.mode:
-        fixed.append(f"it holds the {graph.mode} graph, so --mode {mode} cannot apply")
+        fixed.append(f"it holds the {graph.mode} graph, and the {mode} graph is needed (--mode {mode}), which it "
+                     "cannot become")
     if batch is not None:
         fixed.append(f"its shapes were fixed when it was captured, so --batch {batch} cannot apply")
     if buffers:

@@ -266,7 +266,7 @@ def test_gate_takes_the_same_units_as_the_other_commands(model, tmp_path):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (("--mode", "inference"), "--mode inference cannot apply"),
+    (("--mode", "inference"), "the inference graph is needed (--mode inference)"),
     (("--batch", "4"), "--batch 4 cannot apply"),
     (("--buffers",), "--buffers cannot apply"),
 ])
