@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -23,7 +22,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 ALGOS = ("tac", "tic", "topo")
-RANDOM_SEEDS = 5
 
 
 def instances(n_graphs: int, seed: int = 0, params=(6, 8)):
@@ -41,9 +39,8 @@ def measure(n_graphs: int = 50, seed: int = 0, params=(6, 8)):
     """One row per graph: optimum, each order's makespan and gap (%)."""
     import pandas as pd
 
+    from dlsched.analyses.compare import compare_orders
     from dlsched.analyses.exact import exact_order
-    from dlsched.analyses.orders import compute_order
-    from dlsched.analyses.simulate import simulate
 
     rows = []
     for graph, times in instances(n_graphs, seed, params):
@@ -52,12 +49,9 @@ def measure(n_graphs: int = 50, seed: int = 0, params=(6, 8)):
         row = {"graph": graph.name, "transfers": len(graph.recvs()), "ps": graph.ps_count, "mode": graph.mode,
                "optimum": best.makespan, "proven": best.proven, "nodes": best.explored,
                "exact_s": time.perf_counter() - t0}
-        for algo in ALGOS:
-            span = simulate(graph, times, compute_order(graph, algo, times=times)).makespan
+        spans = compare_orders(graph, times, (*ALGOS, "random")).set_index("algorithm").makespan
+        for algo, span in spans.items():
             row[f"{algo}_gap"] = 100 * (span - best.makespan) / best.makespan
-        spans = [simulate(graph, times, compute_order(graph, "random", times=times, seed=s)).makespan
-                 for s in range(RANDOM_SEEDS)]
-        row["random_gap"] = 100 * (statistics.fmean(spans) - best.makespan) / best.makespan
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -65,6 +59,8 @@ def measure(n_graphs: int = 50, seed: int = 0, params=(6, 8)):
 def summarise(df):
     """Per order: mean gap, max gap (%), share of graphs where it is optimal."""
     import pandas as pd
+
+    from dlsched.analyses.compare import RANDOM_SEEDS
 
     out = []
     for algo in (*ALGOS, "random"):

@@ -15,6 +15,10 @@ from dlsched.errors import DlschedError
 
 ALGORITHMS = ("tic", "tac", "random", "topo", "layer", "exact")
 NEEDS_TIMES = ("tac", "exact")
+#: No order at all: each worker takes ready transfers at random, like a framework without ordering.
+UNORDERED = "unordered"
+#: What a simulation can run under: each algorithm once (``layer`` is ``topo``), or no order.
+ORDERS = (*(a for a in ALGORITHMS if a != "layer"), UNORDERED)
 
 
 def compute_order(graph: Graph, algo: str, times: Mapping[str, float] | None = None, seed: int = 0,

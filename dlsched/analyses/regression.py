@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import math
-import statistics
 from collections import Counter
 
 import pandas as pd
@@ -32,7 +31,6 @@ METRICS: dict[str, tuple[str, str]] = {
     "random_efficiency": ("down", "efficiency E, random order"),
     "largest_batch": ("down", "largest batch within the memory budget"),
 }
-RANDOM_SEEDS = (0, 1, 2, 3, 4)
 
 
 def critical_path_time(graph: Graph, times: dict[str, float]) -> float:
@@ -51,18 +49,15 @@ def model_metrics(graph: Graph, times: dict[str, float], largest_batch: int | No
     -------
     dict
         ``metrics`` (name → number, see :data:`METRICS`) and ``op_types``
-        (compute op type → count). Deterministic: random orders use the fixed
-        seeds :data:`RANDOM_SEEDS`.
+        (compute op type → count). Deterministic: the random order is the mean
+        over seeds 0–4 (:func:`dlsched.analyses.compare.random_seeds` at seed 0).
     """
     from .bounds import bounds, schedule_efficiency
-    from .orders import compute_order
-    from .simulate import simulate
+    from .compare import compare_orders
     from .summary import size_figures
 
     b = bounds(graph, times)
-    tac = simulate(graph, times, compute_order(graph, "tac", times)).makespan
-    rand = statistics.fmean(simulate(graph, times, compute_order(graph, "random", times, seed=s)).makespan
-                            for s in RANDOM_SEEDS)
+    tac, rand = compare_orders(graph, times, ["tac", "random"], seed=0).makespan.tolist()
     metrics = {
         **size_figures(graph),
         "upper_bound": b.upper,
