@@ -328,3 +328,15 @@ def exclusive(**given) -> None:
     if len(both) > 1:
         flags = [f"--{k.replace('_', '-')}" for k in both]
         raise click.UsageError(f"give either {' or '.join(flags)}, not both")
+
+
+def column_table(title: str | None, columns: tuple[str, ...], rows, left: tuple[str, ...] = ()):
+    """A table with a header: one column per name, right-aligned (figures) unless named in ``left``."""
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left")
+    for col in columns:
+        t.add_column(col, justify="left" if col in left else "right")
+    for row in rows:
+        t.add_row(*row)
+    return t
