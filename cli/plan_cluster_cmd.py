@@ -1,11 +1,5 @@
-"""``dlsched plan-cluster``: devices for a target speedup and parameter servers (paper 003 lemmas).
-
-Each lemma is answered from its own inputs: Lemma 3.1 (devices, efficiency,
-speedup) from ``--overhead-ratio`` with ``--target-speedup`` / ``--max-devices``,
-inverted from ``--devices`` with ``--target-efficiency``; Lemma 3.2 (parameter
-servers) from ``--param-bytes``, ``--workers``, ``--bandwidth`` and
-``--compute-time``. A MODEL with ``--oracle`` supplies R_O, S_p and T_C.
-"""
+"""``dlsched plan-cluster``: devices, overhead ratio and parameter servers (paper 003 lemmas); the answer is
+:func:`dlsched.planning.cluster_plan.plan_cluster`'s."""
 from __future__ import annotations
 
 import click
@@ -75,44 +69,30 @@ def plan_cluster(oracle, default_time, algo, trace_path, overhead_ratio, target_
         emit_json(plan.to_dict())
         return
     if plan.inputs is not None:
-        _print_inputs(plan)
+        used = {**vars(plan.inputs), "overhead_ratio": plan.overhead_ratio, **(plan.server_inputs or {})}
+        console.print(key_value_table("lemma inputs", [
+            (label, f"{fmt(used[key])}  [dim]{plan.sources[key]}[/]") for label, key, fmt in (
+                ("T_C compute time", "compute_time", fmt_seconds), ("S_p parameter bytes", "param_bytes", fmt_bytes),
+                ("iteration", "makespan", fmt_seconds), ("R_O overhead ratio", "overhead_ratio", "{:.4f}".format))]))
     if plan.table is not None:
         _print_devices(plan)
     if plan.inverse is not None:
-        _print_inverse(plan.inverse)
+        inv = plan.inverse
+        console.print(f"largest overhead ratio for {inv['target_efficiency']:.0%} efficiency on {inv['devices']} "
+                      f"device(s) (Lemma 3.1 inverted): R_O = [bold]{inv['overhead_ratio']:.4f}[/]"
+                      + ("" if inv["met"] is None else "; this model's R_O "
+                         + ("meets it" if inv["met"] else "[bold red]exceeds it[/]")))
     if plan.parameter_servers is not None:
         console.print("parameter servers (Lemma 3.2, ⌈2·S_p·N_w / (B_ps·T_C)⌉): "
                       f"[bold]{plan.parameter_servers}[/]; assumes " + "; ".join(SERVER_ASSUMPTIONS))
     if plan.balance is not None:
-        _print_balance(plan.balance)
-
-
-def _print_inputs(plan):
-    used = {**vars(plan.inputs), "overhead_ratio": plan.overhead_ratio, **(plan.server_inputs or {})}
-    console.print(key_value_table("lemma inputs", [
-        ("T_C compute time", f"{fmt_seconds(used['compute_time'])}  [dim]{plan.sources['compute_time']}[/]"),
-        ("S_p parameter bytes", f"{fmt_bytes(used['param_bytes'])}  [dim]{plan.sources['param_bytes']}[/]"),
-        ("iteration", f"{fmt_seconds(used['makespan'])}  [dim]{plan.inputs.sources['makespan']}[/]"),
-        ("R_O overhead ratio", f"{used['overhead_ratio']:.4f}  [dim]{plan.sources['overhead_ratio']}[/]")]))
-
-
-def _print_inverse(inverse):
-    line = (f"largest overhead ratio for {inverse['target_efficiency']:.0%} efficiency on {inverse['devices']} "
-            f"device(s) (Lemma 3.1 inverted): R_O = [bold]{inverse['overhead_ratio']:.4f}[/]")
-    if inverse["met"] is not None:
-        line += "; this model's R_O " + ("meets it" if inverse["met"] else "[bold red]exceeds it[/]")
-    console.print(line)
-
-
-def _print_balance(b):
-    loads = ", ".join(f"{fmt_bytes(x)}" for x in b.loads)
-    greedy = ", ".join(f"{fmt_bytes(x)}" for x in b.greedy_loads)
-    console.print(f"bytes per server ({b.strategy}): {loads}; max/mean {b.imbalance:.2f}")
-    console.print(f"bytes per server (greedy): {greedy}; max/mean {b.greedy_imbalance:.2f}")
-    if b.uneven:
-        console.print(f"[yellow]warning:[/] server {b.most_loaded} carries {b.imbalance:.2f}× the mean load under "
-                      f"{b.strategy}, so every round waits for it and Lemma 3.2's even-load assumption fails; "
-                      f"--ps-strategy greedy spreads the bytes to {b.greedy_imbalance:.2f}× the mean")
+        b = plan.balance
+        for name, loads, ratio in ((b.strategy, b.loads, b.imbalance), ("greedy", b.greedy_loads, b.greedy_imbalance)):
+            console.print(f"bytes per server ({name}): {', '.join(map(fmt_bytes, loads))}; max/mean {ratio:.2f}")
+        if b.uneven:
+            console.print(f"[yellow]warning:[/] server {b.most_loaded} carries {b.imbalance:.2f}× the mean load "
+                          f"under {b.strategy}, so every round waits for it and Lemma 3.2's even-load assumption "
+                          f"fails; --ps-strategy greedy spreads the bytes to {b.greedy_imbalance:.2f}× the mean")
 
 
 def _print_devices(plan):
@@ -120,24 +100,20 @@ def _print_devices(plan):
 
     from dlsched.planning import cluster
 
-    overhead_ratio, target_speedup, devices, limit, table = (plan.overhead_ratio, plan.target_speedup, plan.devices,
-                                                             plan.speedup_limit, plan.table)
-    console.print(f"[bold]scaling with overhead ratio R_O = {overhead_ratio:g}[/] (Lemma 3.1)")
+    R, target, devices, limit, table = plan.overhead_ratio, plan.target_speedup, plan.devices, plan.speedup_limit, \
+        plan.table
+    console.print(f"[bold]scaling with overhead ratio R_O = {R:g}[/] (Lemma 3.1)")
     t = Table()
-    t.add_column("devices", justify="right")
-    t.add_column("efficiency", justify="right")
-    t.add_column("speedup", justify="right")
+    for col in ("devices", "efficiency", "speedup"):
+        t.add_column(col, justify="right")
     for r in table.itertuples():
-        mark = " ←" if devices is not None and r.devices == devices else ""
-        t.add_row(str(r.devices), f"{r.efficiency:.1%}", f"{r.speedup:.2f}×{mark}")
+        t.add_row(str(r.devices), f"{r.efficiency:.1%}", f"{r.speedup:.2f}×" + (" ←" if r.devices == devices else ""))
     console.print(t)
     console.print(f"speedup limit (G → ∞): 1 + 1/R_O = {limit:.4g}")
-    if target_speedup is not None:
-        if devices is None:
-            console.print(f"target speedup {target_speedup:g}×: [bold red]unreachable[/] (must be below "
-                          f"1 + 1/R_O = {limit:.4g})")
-        else:
-            console.print(f"target speedup {target_speedup:g}×: [bold]{devices}[/] device(s) "
-                          f"(speedup {cluster.parallel_speedup(overhead_ratio, devices):.2f}×, "
-                          f"efficiency {cluster.scaling_efficiency(overhead_ratio, devices):.1%})"
-                          + ("" if devices <= len(table) else f"; the table stops at {len(table)}"))
+    if target is not None and devices is None:
+        console.print(f"target speedup {target:g}×: [bold red]unreachable[/] (must be below 1 + 1/R_O = {limit:.4g})")
+    elif target is not None:
+        console.print(f"target speedup {target:g}×: [bold]{devices}[/] device(s) (speedup "
+                      f"{cluster.parallel_speedup(R, devices):.2f}×, efficiency "
+                      f"{cluster.scaling_efficiency(R, devices):.1%})"
+                      + ("" if devices <= len(table) else f"; the table stops at {len(table)}"))
