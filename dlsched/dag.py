@@ -400,6 +400,47 @@ class Graph:
                 f"recv={len(self.recvs())} send={len(self.sends())}>")
 
 
+def fold_parameter_views(graph: Graph, view_types: Iterable[str], constant_types: Iterable[str] = ()) -> int:
+    """Merge compute ops that only reshape one parameter into its recv; return how many merged.
+
+    A transform of a parameter alone (a Linear weight's transpose in torch or
+    ONNX, TF's ``…/read``, a Cast or Reshape of an initializer) moves no data
+    between devices: it is part of reading the parameter. Left as an op that
+    depends on that transfer alone, TicTac's ``P`` would credit the transfer
+    with unlocking work, and TAC would send the largest weights first. So the
+    op goes, and its consumers depend on the recv directly. Inputs that are
+    constants (``constant_types`` with no inputs of their own, e.g. a Reshape's
+    target shape) do not count against "one parameter".
+
+    Examples
+    --------
+    >>> g = Graph("g")
+    >>> for n, k, t in [("w", RECV, "Recv"), ("shape", COMPUTE, "Constant"), ("wt", COMPUTE, "Transpose"),
+    ...                 ("r", COMPUTE, "Reshape"), ("mm", COMPUTE, "MatMul")]: _ = g.add_op(n, k, op_type=t)
+    >>> for u, v in [("w", "wt"), ("wt", "r"), ("shape", "r"), ("r", "mm")]: g.add_edge(u, v)
+    >>> fold_parameter_views(g, {"Transpose", "Reshape"}, {"Constant"}), sorted(g.successors("w"))
+    (2, ['mm'])
+    """
+    view_types, constant_types = set(view_types), set(constant_types)
+    merged, changed = 0, True
+    while changed:
+        changed = False
+        for op in list(graph.compute_ops()):
+            if op.op_type not in view_types:
+                continue
+            preds = [graph.op(p) for p in graph.predecessors(op.name)]
+            recvs = [p for p in preds if p.kind == RECV]
+            consts = [p for p in preds if p.op_type in constant_types and not graph.nx.in_degree(p.name)]
+            if len(recvs) != 1 or len(recvs) + len(consts) != len(preds):
+                continue
+            for succ in list(graph.successors(op.name)):
+                graph.add_edge(recvs[0].name, succ)
+            graph.remove_op(op.name)
+            merged += 1
+            changed = True
+    return merged
+
+
 PS_STRATEGIES = ("round-robin", "greedy")
 
 

@@ -69,9 +69,17 @@ def test_resnet50_inference_structure(keras_resnet50):
         assert r.bytes == 4 * r.params == 4 * math.prod(r.shape)
     pairs = _raw_reads(keras_resnet50["graphdef"])
     assert len({v for _, v in pairs}) == 320
+    folded = 0
     for consumer, var in pairs:
-        assert g.nx.has_edge(var, consumer), (var, consumer)
+        if consumer in g:
+            assert g.nx.has_edge(var, consumer), (var, consumer)
+        else:  # a Reshape of the variable alone merged into its recv, which feeds the Reshape's readers
+            folded += 1
+            assert g.nx.out_degree(var) > 0, (var, consumer)
+    assert 0 < folded < len(pairs)
     assert not any(op.op_type in ("ReadVariableOp", "VarHandleOp", "NoOp") for op in g.compute_ops())
+    assert not any(op.op_type == "Reshape" and all(g.op(p).kind == "recv" for p in g.predecessors(op.name))
+                   for op in g.compute_ops())
     conv = g.op("resnet50_1/conv1_conv_1/convolution")
     assert conv.op_type == "Conv2D" and conv.output_shapes == [[8, 112, 112, 64]]
     assert conv.attrs["strides"] == [1, 2, 2, 1] and conv.attrs["padding"] == "VALID"

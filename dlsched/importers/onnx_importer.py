@@ -16,7 +16,11 @@ Mapping
   transfers only with ``buffers=True``. With that rule the totals of a torch
   export equal torch's ``named_parameters()``.
 - **Edges**: data dependencies through tensor names (producer → consumer) and
-  recv → consumers. Graph inputs are not ops. A control-flow node (``If``,
+  recv → consumers. An op that only re-lays one initializer (``Transpose``,
+  ``Cast``, ``Reshape``… of a weight, as exporters emit for Linear layers)
+  merges into its recv, as in the torch importer
+  (:func:`dlsched.dag.fold_parameter_views`); its time is not modelled.
+  Graph inputs are not ops. A control-flow node (``If``,
   ``Loop``, ``Scan``) is one op; tensors its subgraphs read from the outer
   scope count as its inputs.
 - **Training**: a mirrored backward is synthesised. Each forward compute op
@@ -42,7 +46,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from dlsched.dag import COMPUTE, RECV, Graph, add_gradient_sends
+from dlsched.dag import COMPUTE, RECV, Graph, add_gradient_sends, fold_parameter_views
 from dlsched.errors import GraphError, ImportFailure
 
 # ONNX TensorProto.DataType → (dtype name, bytes per element)
@@ -216,6 +220,8 @@ def _infer(model, path: Path, batch: int | None) -> dict:
     return info
 
 
+# Ops that only re-lay one initializer (an exported Linear's Transpose(weight) → MatMul): part of reading it.
+PARAM_VIEWS = {"Transpose", "Cast", "Reshape", "Identity", "Unsqueeze", "Squeeze", "Flatten"}
 ANONYMOUS = re.compile(r"^onnx::")  # initializers the torch exporter made up while folding constants
 
 
@@ -334,8 +340,10 @@ def import_onnx(path, mode: str = "inference", batch: int | None = None, buffers
         graph.validate()
     except GraphError as e:
         raise ImportFailure(f"{path}: {e}") from None
+    if fold_parameter_views(graph, PARAM_VIEWS, {"Constant"}):
+        graph.renumber()
     if mode == "training":
-        _mirror_backward(graph, names, recv_names)
+        _mirror_backward(graph, [n for n in names if n in graph], recv_names)
     return graph
 
 

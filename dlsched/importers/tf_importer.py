@@ -51,7 +51,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlsched.dag import COMPUTE, RECV, Graph, add_gradient_sends, dtype_size
+from dlsched.dag import COMPUTE, RECV, Graph, add_gradient_sends, dtype_size, fold_parameter_views
 from dlsched.errors import ImportFailure
 
 REF_VARIABLE_OPS = {"VariableV2", "Variable"}
@@ -572,9 +572,16 @@ def to_dag(prepared: PreparedGraph) -> Graph:
         for inp in nodes[name].input:
             for src in sources(_split_input(inp)[0], set()):
                 graph.add_edge(src, name)
+    if fold_parameter_views(graph, PARAM_VIEWS, {"Const"}):
+        graph.renumber()
     if prepared.mode == "training":
         _mark_phases(graph, prepared)
     return graph
+
+
+# Ops that only re-lay one variable (a Cast for mixed precision, a Transpose or Reshape of a kernel): part of
+# reading it, like the …/read Identity (dlsched.dag.fold_parameter_views).
+PARAM_VIEWS = {"Identity", "Cast", "Transpose", "Reshape", "ExpandDims", "Squeeze"}
 
 
 def _mark_phases(graph: Graph, prepared: PreparedGraph) -> None:

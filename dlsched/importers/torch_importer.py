@@ -15,7 +15,7 @@ Two captures, recorded in :attr:`dlsched.dag.Graph.capture`:
   functional call of the module (:func:`torch.func.functional_call`), the
   aten-level graph. Parameters and buffers enter as placeholders; a parameter
   placeholder is its recv, and ops that only view one parameter (``t``,
-  ``detach``…) merge into that recv (:func:`_fold_parameter_views`).
+  ``detach``…) merge into that recv (:func:`dlsched.dag.fold_parameter_views`).
 
 Which capture each mode uses:
 
@@ -62,7 +62,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlsched.dag import COMPUTE, RECV, Graph, add_gradient_sends
+from dlsched.dag import COMPUTE, RECV, Graph, add_gradient_sends, fold_parameter_views
 from dlsched.errors import ImportFailure
 from dlsched.factory import call_factory, training_loss
 
@@ -503,7 +503,7 @@ def build_graph(traced: TracedModel, spec: str) -> Graph:
         # Parameter placeholders fed their readers above; views of one parameter now merge into its recv.
         if traced.mode == "training":
             add_gradient_sends(graph, traced.grad_nodes)
-        _fold_parameter_views(graph)
+        fold_parameter_views(graph, _PARAM_VIEWS)
     # Buffers come after the sends are made (they carry no gradient), with indices after the parameters.
     for j, (name, t) in enumerate(traced.buffers):
         graph.add_op(name, RECV, index=n_p + j, **_transfer_fields(t))
@@ -528,30 +528,6 @@ _PARAM_VIEWS = {
     "aten.reshape.default", "aten.expand.default", "aten.permute.default", "aten.transpose.int",
     "aten.alias.default", "aten.unsqueeze.default", "aten.squeeze.dim",
 }
-
-
-def _fold_parameter_views(graph: Graph) -> None:
-    """Merge views of a single parameter into its recv, as TF's ``…/read`` merges (DESIGN §2).
-
-    In a make_fx training graph ``aten.t(fc.weight)`` runs before anything else
-    needs it and depends on that transfer alone, so TicTac's P would credit the
-    transfer with unlocking work and TAC would send classifier weights first. A
-    view moves no data: it is part of reading the parameter, and its consumers
-    depend on the recv directly.
-    """
-    changed = True
-    while changed:
-        changed = False
-        for op in list(graph.compute_ops()):
-            if op.op_type not in _PARAM_VIEWS:
-                continue
-            preds = list(graph.predecessors(op.name))
-            if len(preds) != 1 or graph.op(preds[0]).kind != RECV:
-                continue
-            for succ in list(graph.successors(op.name)):
-                graph.add_edge(preds[0], succ)
-            graph.remove_op(op.name)
-            changed = True
 
 
 def _owner_edges(graph: Graph, traced: TracedModel, transfer_names: list) -> None:
