@@ -8,7 +8,7 @@ import click
 
 from dlsched import limits
 
-from .common import BYTES, FRACTION, POSITIVE_INT, console, emit_json, fmt_bytes, fmt_seconds, max_work_option
+from .common import BYTES, FRACTION, POSITIVE_INT, emit_json, max_work_option
 
 
 @click.command("plan-batch")
@@ -29,10 +29,16 @@ from .common import BYTES, FRACTION, POSITIVE_INT, console, emit_json, fmt_bytes
 @click.option("--global-batch", type=POSITIVE_INT, default=None, help="Global batch X to split over workers.")
 @click.option("--worker", "workers", multiple=True, help="NAME:MEMORY[:SPEED], repeatable (heterogeneous plan).")
 @click.option("--cluster", "cluster_file", default=None, help="Cluster YAML file (see the command's module docs).")
+@click.option("--algorithms", type=click.Path(dir_okay=False), default=None,
+              help="Per-layer algorithm table (layer, algorithm, batch, time_s, workspace_bytes): the fastest batch.")
+@click.option("--batch-range", default=None, help="With --algorithms: batches LO:HI to consider [default: the table's].")
+@click.option("--classes", type=POSITIVE_INT, default=None, help="With --algorithms: classes; smaller batches refused.")
+@click.option("--workspace", type=click.Choice(["sum", "max"]), default="sum", show_default=True,
+              help="With --algorithms: layers' workspaces add up (paper Eq. 6), or share one buffer.")
 @max_work_option(limits.PLAN_BATCH)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 def plan_batch(model, memory, margin, optimizer, dtype, measure, measure_batches, device, oracle, batch, buffers,
-               global_batch, workers, cluster_file, max_work, as_json):
+               global_batch, workers, cluster_file, algorithms, batch_range, classes, workspace, max_work, as_json):
     """Largest batch that fits a device's memory, or per-worker batches for a
     heterogeneous cluster (LB-BSP).
 
@@ -44,77 +50,36 @@ def plan_batch(model, memory, margin, optimizer, dtype, measure, measure_batches
     Heterogeneous: --global-batch X with --worker NAME:MEMORY[:SPEED] (repeat)
     or --cluster cluster.yaml. Each worker's time is t_ref(b)/speed, with t_ref
     from --oracle (seconds), --measure (measured step times) or a unit curve.
+
+    Fastest batch (paper 003 §3.1): --algorithms table.csv --classes N picks,
+    per batch, each layer's algorithm under the memory left for workspace and
+    answers the batch with the most samples/s.
     """
     from dlsched.errors import DlschedError
     from dlsched.planning.batch_job import SplitAnswer, run_plan_batch
+    from dlsched.planning.fastest_batch import FastestBatch
+
+    from . import plan_batch_views as views
 
     try:
         measured = [int(x) for x in measure_batches.split(",") if x.strip()] if measure else None
     except ValueError:
         raise DlschedError(f"--measure-batches {measure_batches!r}: expected comma-separated integers") from None
+    try:
+        lo_hi = tuple(int(x) for x in batch_range.split(":")) if batch_range else None
+        if lo_hi is not None and len(lo_hi) != 2:
+            raise ValueError
+    except ValueError:
+        raise DlschedError(f"--batch-range {batch_range!r}: expected LO:HI, e.g. 16:1024") from None
     given = click.get_current_context().get_parameter_source("margin").name != "DEFAULT"  # else the file's
     answer = run_plan_batch(model, memory, margin if given else None, optimizer, dtype, measured, device, oracle,
-                            batch, buffers, global_batch, workers, cluster_file, max_work)
+                            batch, buffers, global_batch, workers, cluster_file, max_work, algorithms, lo_hi, classes,
+                            workspace)
     if as_json:
         emit_json(answer.to_dict())
     elif isinstance(answer, SplitAnswer):
-        _print_split(answer)
+        views.print_split(answer)
+    elif isinstance(answer, FastestBatch):
+        views.print_fastest(answer)
     else:
-        _print_device(answer)
-
-
-def _print_device(answer):
-    from rich.table import Table
-
-    plan, est, points, table = answer.plan, answer.plan.estimate, answer.measurements, answer.throughput
-    console.print(f"[bold]{est.model}[/]: largest batch [bold green]{plan.batch}[/] in {fmt_bytes(plan.capacity)} "
-                  f"(usable {fmt_bytes(plan.usable_bytes)} with a {plan.margin:.0%} margin), "
-                  f"[bold]{est.estimate}[/] estimate, optimizer {answer.optimizer}")
-    t = Table(title=f"memory at batch {plan.batch}", title_justify="left")
-    t.add_column("component")
-    t.add_column("bytes", justify="right")
-    t.add_column("note")
-    for r in plan.frame().itertuples():
-        t.add_row(r.component, fmt_bytes(r.bytes), r.note)
-    console.print(t)
-    if est.estimate == "measured":
-        pts = ", ".join(f"b={p.batch}: {fmt_bytes(p.peak_bytes)}" for p in points)
-        console.print(f"measured peaks ({est.details['method']}): {pts}")
-    if table is not None:  # a linear reference is an oracle's
-        source = answer.reference.source
-        console.print(f"[bold]throughput[/] ({source}; an oracle scales linearly in the batch)"
-                      if answer.reference.linear else f"[bold]throughput[/] ({source})")
-        tt = Table()
-        for c in ("batch", "step time", "samples/s", "fits"):
-            tt.add_column(c, justify="right")
-        for r in table.itertuples():
-            tt.add_row(str(r.batch), fmt_seconds(r.time), f"{r.samples_per_s:,.1f}", "yes" if r.fits else "no")
-        console.print(tt)
-
-
-def _print_split(answer):
-    from rich import box
-    from rich.table import Table
-
-    est, plan, seconds = answer.estimate, answer.plan, answer.time_unit == "s"
-    unit = (lambda x: f"{x:.3g} s" if x >= 1 else f"{x * 1e3:.4g} ms") if seconds else (lambda x: f"{x:.4g}")
-    console.print(f"[bold]{est.model}[/]: global batch {plan.global_batch} over {len(plan.workers)} workers, "
-                  f"{plan.method} split, {est.estimate} memory estimate, times "
-                  f"{'in seconds' if seconds else 'in reference per-sample units'} ({answer.time_source})")
-    t = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for c in ("worker", "memory", "max b", "speed", "batch", "time", "weight", "equal split"):
-        t.add_column(c, justify="right" if c != "worker" else "left", no_wrap=True)
-    for r, w in zip(plan.frame().itertuples(), plan.workers):
-        eq = f"{r.equal_batch}{'' if r.equal_fits else '*'} ({unit(r.equal_time)})"
-        t.add_row(r.worker, fmt_bytes(w.memory), str(r.max_batch), "-" if r.speed != r.speed else f"{r.speed:g}",
-                  str(r.batch), unit(r.time), f"{r.weight:.3f}", eq)
-    console.print(t)
-    d = plan.to_dict()
-    console.print("weight = n·b/X, the factor on each worker's gradient that keeps the aggregate unbiased")
-    if d["equal_split_violations"]:
-        console.print(f"iteration time: plan {unit(d['iteration_time'])}; the equal split "
-                      f"({unit(d['equal_split_time'])}) [bold red]does not fit memory[/] on "
-                      f"{', '.join(d['equal_split_violations'])} (*)")
-    else:
-        console.print(f"iteration time: plan {unit(d['iteration_time'])}, equal split {unit(d['equal_split_time'])}"
-                      + (f" → {d['gain']:.2f}× faster" if d["gain"] else ""))
+        views.print_device(answer)

@@ -8,6 +8,8 @@ Weights are randomly initialised with a fixed seed; nothing is downloaded.
 - ``vgg16``: VGG-16 (configuration D, 138,357,544 parameters)
 - ``transformer``: a 4-layer transformer encoder classifier over token ids
 - ``small_cnn``: a 4-layer CNN for quick tests
+- ``alexnet``: AlexNet (one tower; its layers named as in
+  ``examples/alexnet_algorithms.csv``, paper 003's Fig. 2 model)
 """
 from __future__ import annotations
 
@@ -158,6 +160,27 @@ class SmallCNN(nn.Module):
         return self.fc2(self.relu(self.fc1(torch.flatten(x, 1))))
 
 
+class AlexNet(nn.Module):
+    def __init__(self, num_classes: int = 1000):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 11, stride=4, padding=2)
+        self.conv2 = nn.Conv2d(64, 192, 5, padding=2)
+        self.conv3 = nn.Conv2d(192, 384, 3, padding=1)
+        self.conv4 = nn.Conv2d(384, 256, 3, padding=1)
+        self.conv5 = nn.Conv2d(256, 256, 3, padding=1)
+        self.pool = nn.MaxPool2d(3, stride=2)
+        self.relu = nn.ReLU()
+        self.fc6 = nn.Linear(256 * 6 * 6, 4096)
+        self.fc7 = nn.Linear(4096, 4096)
+        self.fc8 = nn.Linear(4096, num_classes)
+
+    def forward(self, x):
+        x = self.pool(self.relu(self.conv1(x)))
+        x = self.pool(self.relu(self.conv2(x)))
+        x = self.pool(self.relu(self.conv5(self.relu(self.conv4(self.relu(self.conv3(x)))))))
+        return self.fc8(self.relu(self.fc7(self.relu(self.fc6(torch.flatten(x, 1))))))
+
+
 def _seeded(cls, *args, **kwargs):
     torch.manual_seed(0)
     return cls(*args, **kwargs).eval()
@@ -184,4 +207,10 @@ def small_cnn(batch: int = 32):
     return _seeded(SmallCNN), (torch.randn(batch, 3, 32, 32),)
 
 
-FACTORIES = {"resnet50": resnet50, "vgg16": vgg16, "transformer": transformer, "small_cnn": small_cnn}
+def alexnet(batch: int = 8, num_classes: int = 1000):
+    """AlexNet on 224×224 images (61,100,840 parameters with 1,000 classes)."""
+    return _seeded(AlexNet, num_classes), (torch.randn(batch, 3, 224, 224),)
+
+
+FACTORIES = {"resnet50": resnet50, "vgg16": vgg16, "transformer": transformer, "small_cnn": small_cnn,
+             "alexnet": alexnet}

@@ -139,7 +139,9 @@ def _reference(oracle, graph, batch, points, device) -> batchplan.TimeReference:
 def run_plan_batch(model: str, memory: float | None = None, margin: float | None = None, optimizer: str = "sgd",
                    dtype: str | None = None, measure_batches=None, device: str = "cpu", oracle: str | None = None,
                    batch: int | None = None, buffers: bool = False, global_batch: int | None = None,
-                   workers=(), cluster: str | None = None, max_work: int | None = None):
+                   workers=(), cluster: str | None = None, max_work: int | None = None,
+                   algorithms: str | None = None, batch_range: tuple[int, int] | None = None,
+                   classes: int | None = None, workspace: str = "sum"):
     """Plan the batch for one device (``memory``) or split ``global_batch`` over workers.
 
     Parameters
@@ -171,11 +173,21 @@ def run_plan_batch(model: str, memory: float | None = None, margin: float | None
         A cluster file (:func:`~dlsched.planning.cluster_file.read_cluster`); excludes ``workers``.
     max_work : int, optional
         Overrides :data:`dlsched.limits.PLAN_BATCH` for the exact split.
+    algorithms : str, optional
+        A per-layer algorithm table (:mod:`dlsched.exporters.algorithm_table`):
+        pick the batch with the most samples/s instead of the largest
+        (:func:`~dlsched.planning.fastest_batch.fastest_batch`), one device only.
+    batch_range : (int, int), optional
+        With ``algorithms``: the batches considered (default: the table's).
+    classes : int, optional
+        With ``algorithms``: the number of classes; smaller batches are refused.
+    workspace : {"sum", "max"}
+        With ``algorithms``: how the layers' workspaces share memory.
 
     Returns
     -------
-    DeviceAnswer or SplitAnswer
-        ``SplitAnswer`` when workers were given.
+    DeviceAnswer, SplitAnswer or FastestBatch
+        ``SplitAnswer`` when workers were given, ``FastestBatch`` with ``algorithms``.
 
     Raises
     ------
@@ -202,7 +214,19 @@ def run_plan_batch(model: str, memory: float | None = None, margin: float | None
     elif memory is None:
         raise DlschedError("give --memory for a single-device plan, or --global-batch with --worker/--cluster")
     margin = DEFAULT_MARGIN if margin is None else margin
+    if algorithms is not None and (cluster_ is not None or classes is None):
+        raise DlschedError("--algorithms picks the fastest batch for one device: it needs --memory and --classes N "
+                           "(batches below the number of classes are refused, as paper 003 requires), and no "
+                           "--worker/--cluster")
     est, graph, points = _memory_model(model, optimizer, dtype, measure_batches, device, batch, buffers)
+    if algorithms is not None:
+        from dlsched.exporters.algorithm_table import read_algorithm_table
+
+        from .fastest_batch import LinearMemory, fastest_batch
+
+        table = read_algorithm_table(algorithms)
+        lo_hi = batch_range or (int(table["batch"].min()), int(table["batch"].max()))
+        return fastest_batch(table, LinearMemory.from_estimate(est, memory, margin), lo_hi, classes, workspace)
     reference = _reference(oracle, graph, batch, points, device)
     if cluster_ is not None:
         from .hetero import plan_workers
