@@ -90,3 +90,5 @@ def test_bert_training_scores_near_one_against_the_dependency_bound(tmp_path):
     out = json.loads(run_cli("bounds", dag, "--oracle", oracle, "--makespan", str(sim["makespan"]), "--json").stdout)
     assert out["efficiency"] < 0.5 and out["dependency_efficiency"] >= 0.9, out
     assert out["lower"] < out["dependency_lower"] <= sim["makespan"] + 1e-12
+    assert sim["dependency_lower"] == out["dependency_lower"]  # simulate says it too
+    assert sim["dependency_efficiency"] == out["dependency_efficiency"]

@@ -123,6 +123,7 @@ def simulate_report(graph: Graph, times: Mapping[str, float], algo: str = "unord
         An order that needs times or an exact search too large.
     """
     from .bounds import bounds, schedule_efficiency
+    from .dependency_bound import dependency_bound
 
     check_simulate_work(len(graph), workers, iterations, compare, max_work)
     if given is not None:
@@ -131,7 +132,7 @@ def simulate_report(graph: Graph, times: Mapping[str, float], algo: str = "unord
         label, priorities = algo, order_priorities(graph, algo, times, seed, time_limit, max_work, reporter)
     # Every order first (the exact search has its own stage), then every simulation under one.
     compared = plan_runs(graph, times, compare, seed, time_limit=time_limit, max_work=max_work, reporter=reporter)
-    b = bounds(graph, times)
+    b, dep = bounds(graph, times), dependency_bound(graph, times)
     upper, lower = float(b.upper), float(b.lower)
     results = simulate_runs(graph, times, [Run(label, seed, priorities, keep_timeline), *compared], workers,
                             iterations, jitter, sharing, reporter)
@@ -144,6 +145,8 @@ def simulate_report(graph: Graph, times: Mapping[str, float], algo: str = "unord
         "efficiency": float(schedule_efficiency(upper, lower, run.makespan)),
         "upper": upper,
         "lower": lower,
+        "dependency_lower": dep.lower,
+        "dependency_efficiency": float(schedule_efficiency(upper, dep.lower, run.makespan)),
         "speedup": float(b.speedup),
         "ops": len(graph),
         "transfers": len(graph.recvs()),
