@@ -64,4 +64,11 @@ def order(algo, oracle, default_time, seed, time_limit, output, fmt, max_work, a
         console.print(f"simulated makespan {fmt_seconds(out['makespan'])} (E = {out['efficiency']:.3f}); "
                       f"unordered baseline {fmt_seconds(out['unordered_makespan'])} "
                       f"(E = {out['unordered_efficiency']:.3f})")
+    if "exact" in out:
+        x = out["exact"]
+        console.print(f"exact search: [bold]optimum proven[/] ({x['explored']:,} nodes, {x['seconds']:.1f} s)"
+                      if x["proven"] else
+                      f"exact search: [yellow]stopped at the time limit[/], optimum [bold]not proven[/]: best "
+                      f"found {fmt_seconds(x['makespan'])}, proven lower bound {fmt_seconds(x['lower_bound'])} "
+                      f"({x['explored']:,} nodes, {x['seconds']:.1f} s)")
     console.print(f"wrote [bold]{output}[/] ({fmt})")

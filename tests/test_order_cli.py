@@ -122,3 +122,17 @@ def test_order_exact_small_and_refused_large(tmp_path):
                    "-o", tmp_path / "b.json")
     assert_clean_error(proc, "--time-limit")
     assert not (tmp_path / "b.json").exists()
+
+
+@pytest.mark.parametrize("hard", [False, True], ids=["proven", "time-limited"])
+def test_exact_says_whether_the_optimum_was_proven(tmp_path, hard):
+    """`order --algo exact --time-limit T` says whether the search finished (the optimum) or stopped early."""
+    graph, times = (random_dag(60, 30, training=True, seed=4) if hard else random_dag(10, 4, training=True, seed=5))
+    dag, orc = tmp_path / "m.dag.json", tmp_path / "o.csv"
+    save_dag(graph, dag)
+    write_oracle(pd.DataFrame({"op": list(times), "time": list(times.values())}), orc)
+    args = ("order", dag, "--oracle", orc, "--algo", "exact", "--time-limit", "0.3", "-o", tmp_path / "p.json")
+    x = json.loads(run_cli(*args, "--json").stdout)["exact"]
+    assert x["proven"] is (not hard) and x["lower_bound"] <= x["makespan"] + 1e-12
+    text = run_cli(*args).stdout
+    assert ("not proven" in text and "proven lower bound" in text) if hard else "optimum proven" in text

@@ -102,10 +102,20 @@ def order_priorities(graph: Graph, name: str, times: Mapping[str, float] | None 
         return None
     if name != "exact":
         return compute_order(graph, name, times=times, seed=seed)
+    return dict(exact_search(graph, times, time_limit, max_work, reporter).priorities)
+
+
+def exact_search(graph: Graph, times: Mapping[str, float] | None, time_limit: float | None = None,
+                 max_work: int | None = None, reporter=None):
+    """The exact search with its own progress stage; the whole :class:`~dlsched.analyses.exact.ExactResult`,
+    so that a caller can say whether the optimum was proven within ``time_limit``."""
+    from .exact import exact_order
+
+    if times is None:
+        compute_order(graph, "exact")  # the one message for an order that needs times
     limit = f" (at most {time_limit:g} s)" if time_limit is not None else ""
     with _stage(reporter, f"searching the exact order of {graph.name}{limit}", unit="search nodes") as bar:
-        return compute_order(graph, name, times=times, seed=seed, time_limit=time_limit, max_work=max_work,
-                             progress=bar)
+        return exact_order(graph, times, time_limit=time_limit, max_work=max_work, progress=bar)
 
 
 @dataclass(frozen=True)

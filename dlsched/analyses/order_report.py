@@ -40,6 +40,8 @@ class OrderReport:
         :func:`~dlsched.analyses.compare.compare_orders`).
     upper, lower : float or None
         With times: the bounds U and L.
+    search : ExactResult or None
+        ``exact`` only: whether the optimum was proven, the proven lower bound, the nodes and seconds spent.
     """
 
     model: str
@@ -48,6 +50,7 @@ class OrderReport:
     compared: object = None
     upper: float | None = None
     lower: float | None = None
+    search: object = None
 
     def to_dict(self, output, fmt: str) -> dict:
         """The JSON form, naming the file the order was written to and its format."""
@@ -60,6 +63,10 @@ class OrderReport:
             out.update(makespan=float(ordered.makespan), efficiency=float(ordered.efficiency),
                        unordered_makespan=float(baseline.makespan), unordered_efficiency=float(baseline.efficiency),
                        upper=self.upper, lower=self.lower)
+        if self.search is not None:
+            r = self.search
+            out["exact"] = {"proven": r.proven, "makespan": r.makespan, "lower_bound": r.lower_bound,
+                            "explored": r.explored, "seconds": r.elapsed}
         return out
 
 
@@ -94,12 +101,13 @@ def order_report(graph: Graph, algo: str, times: Mapping[str, float] | None = No
     from dlsched.exporters.priority_file import make_priority_file
 
     from .bounds import bounds
-    from .compare import compare_orders, order_priorities
+    from .compare import compare_orders, exact_search, order_priorities
 
-    priorities = order_priorities(graph, algo, times, seed, time_limit, max_work, reporter)
+    search = exact_search(graph, times, time_limit, max_work, reporter) if algo == "exact" else None
+    priorities = dict(search.priorities) if search is not None else order_priorities(graph, algo, times, seed)
     pf = make_priority_file(graph, priorities, algo, oracle_hash(times) if times is not None else None)
     if times is None:
         return OrderReport(graph.name, graph.mode, pf)
     b = bounds(graph, times)
     compared = compare_orders(graph, times, [algo, UNORDERED], seed, given={algo: priorities})
-    return OrderReport(graph.name, graph.mode, pf, compared, b.upper, b.lower)
+    return OrderReport(graph.name, graph.mode, pf, compared, b.upper, b.lower, search)
