@@ -33,6 +33,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from dlsched.devices import check_device
 from dlsched.errors import DlschedError
 from dlsched.factory import call_factory, training_loss
 
@@ -170,10 +171,7 @@ def measure_step(spec: str, batch: int, optimizer: str = "sgd", device: str = "c
     import torch
 
     optimizer = optimizer.lower()
-    if device not in ("cpu", "cuda"):
-        raise DlschedError(f"unknown device {device!r}; expected cpu or cuda")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise DlschedError("--device cuda: no CUDA device is available on this machine")
+    check_device(device, "torch")
     if batch < 1:
         raise DlschedError(f"batch must be at least 1, got {batch}")
     module, inputs, _ = call_factory(spec, batch)

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Callable
 
 from dlsched.dag import Graph
+from dlsched.devices import check_device
 from dlsched.errors import DlschedError
 
 from .schema import oracle_frame, oracle_row
@@ -196,16 +197,8 @@ def profile_onnx(path, graph: Graph, device: str = "cpu", runs: int = 5, warmup:
     path = Path(path)
     if runs < 1 or warmup < 0:
         raise DlschedError(f"--runs must be at least 1 and warm-up at least 0 (got runs={runs}, warmup={warmup})")
-    if device == "cpu":
-        providers = ["CPUExecutionProvider"]
-    elif device == "cuda":
-        if "CUDAExecutionProvider" not in ort.get_available_providers():
-            raise DlschedError(
-                f"{path}: --device cuda needs onnxruntime's CUDAExecutionProvider, but this onnxruntime offers "
-                f"only {', '.join(ort.get_available_providers())} (install onnxruntime-gpu)")
-        providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
-    else:
-        raise DlschedError(f"unknown device {device!r}; expected cpu or cuda")
+    check_device(device, "onnxruntime")
+    providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if device == "cuda" else ["CPUExecutionProvider"]
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as e:  # noqa: BLE001 - any parse failure is a bad input file

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Callable
 
 from dlsched.dag import Graph
+from dlsched.devices import check_device
 from dlsched.errors import DlschedError, ImportFailure
 
 MIN_TIME = 1e-9  # a traced kernel shorter than the clock's resolution still costs something
@@ -84,11 +85,7 @@ class TFSession:
         from dlsched.importers.tf_importer import _tf, prepare
 
         tf = _tf()
-        if device not in ("cpu", "cuda"):
-            raise DlschedError(f"unknown device {device!r}; expected cpu or cuda")
-        if device == "cuda" and not tf.config.list_physical_devices("GPU"):
-            raise DlschedError("--device cuda: TensorFlow sees no GPU on this machine (tensorflow-cpu, no CUDA "
-                               "device, or CUDA_VISIBLE_DEVICES hides it); profile with --device cpu")
+        check_device(device, "tensorflow")
         fmt = graph.source.get("format") or ("savedmodel" if Path(path).is_dir() else "graphdef")
         if fmt not in ("graphdef", "savedmodel"):
             raise ImportFailure(f"{path}: the TensorFlow profiler needs a GraphDef or SavedModel, not {fmt}")

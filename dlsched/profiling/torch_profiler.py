@@ -26,6 +26,7 @@ import time
 from typing import Any, Callable
 
 from dlsched.dag import Graph
+from dlsched.devices import check_device
 from dlsched.errors import DlschedError
 
 from .schema import oracle_frame, oracle_row
@@ -120,20 +121,6 @@ def _to_device(traced, device: str):
     return gm, args
 
 
-def check_device(device: str) -> None:
-    """Raise :class:`DlschedError` unless ``device`` is ``cpu`` or an available ``cuda``."""
-    if device not in ("cpu", "cuda"):
-        raise DlschedError(f"unknown device {device!r}; expected cpu or cuda")
-    if device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise DlschedError(
-                "--device cuda was requested, but no CUDA device is available to PyTorch "
-                f"(torch {torch.__version__}, built with CUDA {torch.version.cuda or 'none'}); "
-                "profile on cpu or run on a machine with a GPU")
-
-
 def profile_torch(spec: str, graph: Graph, device: str = "cpu", runs: int = 5, warmup: int = 1,
                   progress: Callable[[int, int], Any] | None = None):
     """Time every compute op of ``graph`` on the real PyTorch model ``spec`` (DESIGN §3).
@@ -187,7 +174,7 @@ def profile_torch(spec: str, graph: Graph, device: str = "cpu", runs: int = 5, w
         raise DlschedError(f"--runs must be at least 1, got {runs}")
     if warmup < 0:
         raise DlschedError(f"--warmup must be 0 or more, got {warmup}")
-    check_device(device)
+    check_device(device, "torch")
     batch = (graph.source or {}).get("batch")
     # The capture the importer used (symbolic_trace or make_fx), so the timed nodes are the DAG's ops.
     traced = trace_factory(spec, mode=graph.mode, batch=batch, buffers=False, shapes=False,
@@ -233,4 +220,4 @@ def profile_torch(spec: str, graph: Graph, device: str = "cpu", runs: int = 5, w
     return oracle_frame(rows), missing
 
 
-__all__ = ["profile_torch", "timing_interpreter", "check_device"]
+__all__ = ["profile_torch", "timing_interpreter"]
