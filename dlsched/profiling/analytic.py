@@ -18,8 +18,8 @@ from .flops import op_cost
 from .schema import oracle_frame, oracle_row
 
 
-def analytic_oracle(graph: Graph, spec: DeviceSpec) -> tuple[pd.DataFrame, dict[str, str]]:
-    """Estimate every op's time on ``spec``.
+def analytic_oracle(graph: Graph, spec: DeviceSpec, transfers: bool = True) -> tuple[pd.DataFrame, dict[str, str]]:
+    """Estimate every op's time on ``spec`` (compute ops only when ``transfers`` is false).
 
     Returns
     -------
@@ -49,8 +49,10 @@ def analytic_oracle(graph: Graph, spec: DeviceSpec) -> tuple[pd.DataFrame, dict[
             else:
                 t = max(cost.flops / spec.peak_flops, cost.bytes / spec.memory_bandwidth) + spec.launch_overhead
             flops, moved = cost.flops, cost.bytes
-        else:
+        elif transfers:
             t = spec.network_latency + op.bytes / spec.network_bandwidth
             flops, moved = 0.0, float(op.bytes)
+        else:  # the caller prices transfers on its own link
+            continue
         rows.append(oracle_row(op, t, runs=0, source="analytic", flops=flops, bytes_moved=moved))
     return oracle_frame(rows, extra=["flops", "bytes_moved"]), untimed
