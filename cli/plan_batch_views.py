@@ -51,7 +51,12 @@ def print_split(answer):
                   str(r.batch), unit(r.time), f"{r.weight:.3f}", eq)
     console.print(t)
     d = plan.to_dict()
-    console.print("weight = n·b/X, the factor on each worker's gradient that keeps the aggregate unbiased")
+    console.print("weight = n·b/X, the factor on each worker's gradient that keeps the aggregate unbiased; "
+                  "time = compute only")
+    console.print(f"iteration time = slowest worker's compute + {unit(d['transfer_time'])} of transfers that "
+                  "compute does not hide (simulated single-worker iteration under TAC)"
+                  if d["transfer_time"] is not None else
+                  "iteration time = slowest worker's compute; transfers not included (they need --oracle)")
     if d["equal_split_violations"]:
         console.print(f"iteration time: plan {unit(d['iteration_time'])}; the equal split "
                       f"({unit(d['equal_split_time'])}) [bold red]does not fit memory[/] on "

@@ -72,7 +72,8 @@ def load_model(model: str, mode: str | None = None, batch: int | None = None, ps
         with: asking it for another is an error, not silently ignored.
     batch : int, optional
         Overrides a symbolic (or the example's) batch dimension. Not for a
-        ``.dag.json``, whose shapes were fixed when it was captured.
+        ``.dag.json``, whose shapes were fixed when it was captured (its own
+        recorded batch is accepted).
     ps, ps_strategy : int, str, optional
         Parameter-server count (default 1) and assignment (``round-robin``,
         the default, or ``greedy``). A saved ``.dag.json`` keeps its own
@@ -124,8 +125,10 @@ def _check_saved_options(path: str, graph: Graph, mode: str | None, batch: int |
     if mode is not None and mode != graph.mode:
         fixed.append(f"it holds the {graph.mode} graph, and the {mode} graph is needed (--mode {mode}), which it "
                      "cannot become")
-    if batch is not None:
-        fixed.append(f"its shapes were fixed when it was captured, so --batch {batch} cannot apply")
+    recorded = (graph.source or {}).get("batch")
+    if batch is not None and batch != recorded:
+        at = f"at batch {recorded}" if recorded is not None else "when it was captured"
+        fixed.append(f"its shapes were fixed {at}, so --batch {batch} cannot apply")
     if buffers:
         fixed.append("its transfers were chosen when it was captured, so --buffers cannot apply")
     if fixed:

@@ -165,3 +165,25 @@ def test_cluster_file_with_oracles_per_device(synthetic, tmp_path):
     # a bare speed has no reference when another worker's times are in seconds
     proc = run_cli("plan-batch", path, "--cluster", tmp_path / "c.yaml")
     assert_clean_error(proc, "only a speed", "--oracle")
+
+
+def test_heterogeneous_iteration_time_counts_the_transfers(synthetic, tmp_path):
+    """The split balances compute; every worker still waits for the transfers its compute does not hide."""
+    from dlsched.analyses.orders import compute_order
+    from dlsched.analyses.simulate import simulate
+    from dlsched.exporters.oracle_file import write_oracle
+
+    g, path, oracle, compute = synthetic
+    df = pd.read_csv(oracle)
+    df.loc[df.resource != "compute:0", "time"] *= 100  # slow links: transfers that compute cannot hide
+    oracle = tmp_path / "slow-links.csv"
+    write_oracle(df, oracle)
+    times = dict(df[["op", "time"]].itertuples(index=False))
+    exposed = simulate(g, times, compute_order(g, "tac", times)).makespan - compute
+    out = _json(path, "--oracle", oracle, "--batch", "8", "--global-batch", "128", "--worker", "a:1GiB:1",
+                "--worker", "b:1GiB:2")
+    assert out["transfer_time"] == pytest.approx(exposed) and exposed > 0
+    assert out["iteration_time"] == pytest.approx(max(w["time"] for w in out["workers"]) + exposed)
+    no_oracle = _json(path, "--global-batch", "128", "--worker", "a:1GiB:1", "--worker", "b:1GiB:2")
+    assert no_oracle["transfer_time"] is None
+    assert no_oracle["iteration_time"] == pytest.approx(max(w["time"] for w in no_oracle["workers"]))

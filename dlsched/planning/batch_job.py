@@ -118,7 +118,11 @@ def _memory_model(model, optimizer, dtype, measure_batches, device, batch, buffe
 
     from .memory import static_estimate
 
-    graph = load_model(model, mode="training", batch=batch, buffers=buffers)
+    from dlsched.loader import detect_format
+
+    # on a saved DAG, --batch only says which batch the oracle was profiled at
+    graph = load_model(model, mode="training", batch=None if detect_format(model) == "dag" else batch,
+                       buffers=buffers)
     return static_estimate(graph, optimizer=optimizer, dtype=dtype, batch=batch), graph, []
 
 
@@ -134,6 +138,17 @@ def _reference(oracle, graph, batch, points, device) -> batchplan.TimeReference:
         return batchplan.TimeReference(batchplan.interpolated_time_curve({p.batch: p.seconds for p in points}),
                                        False, "s", f"measured steps on {device}")
     return batchplan.TimeReference()
+
+
+def _exposed_transfers(oracle: str, graph) -> float:
+    """Seconds of a simulated single-worker iteration (TAC) that its compute does not fill: the transfers
+    every worker waits for whatever its batch (see :mod:`dlsched.planning.cluster_inputs`)."""
+    from dlsched.exporters.oracle_file import load_times
+
+    from .cluster_inputs import lemma_inputs
+
+    inputs = lemma_inputs(graph, load_times(oracle, graph, 0.0))
+    return max(0.0, inputs.makespan - inputs.compute_time)
 
 
 def run_plan_batch(model: str, memory: float | None = None, margin: float | None = None, optimizer: str = "sgd",
@@ -232,7 +247,10 @@ def run_plan_batch(model: str, memory: float | None = None, margin: float | None
         from .hetero import plan_workers
 
         specs, unit, source = worker_specs(cluster_.workers, est, margin, reference, graph, batch)
-        return SplitAnswer(est, plan_workers(specs, global_batch, max_work=max_work), margin, unit, source)
+        plan = plan_workers(specs, global_batch, max_work=max_work)
+        if oracle and graph is not None:
+            plan.transfer_time = _exposed_transfers(oracle, graph)
+        return SplitAnswer(est, plan, margin, unit, source)
     plan = batchplan.plan_batch(est, memory, margin)
     table = None
     if oracle or points:

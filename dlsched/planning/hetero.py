@@ -206,6 +206,9 @@ class HeteroPlan:
     batches: list[int]
     method: str
     equal: list[int] = field(default_factory=list)
+    #: Seconds of transfers the workers' compute does not hide, added to every iteration (``None``: unknown,
+    #: e.g. times from a unit curve or measured steps without transfers). The split does not depend on it.
+    transfer_time: float | None = None
 
     def times(self, batches=None) -> list[float]:
         batches = self.batches if batches is None else batches
@@ -213,11 +216,12 @@ class HeteroPlan:
 
     @property
     def iteration_time(self) -> float:
-        return max(self.times())
+        """The slowest worker's compute, plus the exposed transfer time when known."""
+        return max(self.times()) + (self.transfer_time or 0.0)
 
     @property
     def equal_split_time(self) -> float:
-        return max(self.times(self.equal))
+        return max(self.times(self.equal)) + (self.transfer_time or 0.0)
 
     @property
     def equal_split_violations(self) -> list[str]:
@@ -259,6 +263,7 @@ class HeteroPlan:
                  "speed": w.speed, "memory": w.memory, "equal_batch": e}
                 for w, b, t, wt, e in zip(self.workers, self.batches, self.times(), self.weights(), self.equal)],
             "iteration_time": self.iteration_time,
+            "transfer_time": self.transfer_time,
             "equal_split_time": eq,
             "equal_split_fits_memory": not self.equal_split_violations,
             "equal_split_violations": self.equal_split_violations,
