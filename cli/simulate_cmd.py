@@ -16,17 +16,14 @@ from .common import (NONNEG_FLOAT, POSITIVE_INT, SEED, column_table, console, em
 @click.option("--priorities", "priority_path", type=click.Path(dir_okay=False), default=None,
               help="Priority file (from dlsched order) to enforce.")
 @click.option("--algo", type=click.Choice(ORDERS), default=None,
-              help="Compute the order here instead: tic, tac, random, topo, exact, or unordered (random per "
-                   "worker and iteration, like a framework without ordering) [default: unordered].")
-@click.option("--workers", type=POSITIVE_INT, default=1, show_default=True,
-              help="Workers sharing the parameter servers' links.")
+              help="Compute the order here; unordered: random per worker and iteration [default: unordered].")
+@click.option("--workers", type=POSITIVE_INT, default=1, show_default=True, help="Workers sharing the servers' links.")
 @click.option("--iterations", type=POSITIVE_INT, default=1, show_default=True)
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Seeds random orders and jitter.")
 @click.option("--jitter", type=NONNEG_FLOAT, default=0.0, show_default=True,
               help="Lognormal sigma of per-op multiplicative noise, per worker and iteration (0: none).")
 @click.option("--sharing", type=click.Choice(["serial", "fair"]), default="serial", show_default=True,
-              help="serial: a link carries one transfer at a time; fair: one stream per worker, "
-                   "link capacity split among them.")
+              help="serial: one transfer at a time per link; fair: one stream per worker, capacity split.")
 @click.option("--time-limit", type=NONNEG_FLOAT, default=None,
               help="--algo exact: seconds to search (then any size is accepted).")
 @click.option("--trace-out", type=click.Path(dir_okay=False), default=None,
@@ -34,8 +31,7 @@ from .common import (NONNEG_FLOAT, POSITIVE_INT, SEED, column_table, console, em
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, help="Write a Gantt chart PNG.")
 @click.option("--color-by", type=click.Choice(["priority", "kind"]), default="priority", show_default=True,
               help="Gantt colours: transfers by priority rank, or every op by kind.")
-@click.option("--compare", default=None,
-              help="Comma-separated orders to compare side by side, e.g. tic,tac,random,topo.")
+@click.option("--compare", default=None, help="Orders to compare side by side, e.g. tic,tac,random,topo.")
 @max_work_option(limits.SIMULATE, limits.EXACT)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 def simulate(oracle, default_time, priority_path, algo, workers, iterations, seed, jitter, sharing, time_limit,
