@@ -92,10 +92,10 @@ def test_bad_target():
 def test_inverse_lemma_gives_back_the_efficiency(devices, t):
     from dlsched.planning.cluster import max_overhead_ratio
     alpha = 1 / devices + t * (1 - 1 / devices)  # α in [1/G, 1]: the efficiencies G devices can have
-    if alpha <= 1 / devices:
-        assert max_overhead_ratio(devices, alpha) == math.inf
-        return
     R = max_overhead_ratio(devices, alpha)
+    if alpha * devices <= 1 or R == math.inf:  # at (or within rounding of) 1/G every ratio keeps α
+        assert R == math.inf and alpha * devices - 1 < 1e-300
+        return
     assert scaling_efficiency(R, devices) == pytest.approx(alpha, rel=1e-9, abs=1e-12)
     if 0 < R < 1e6:  # any larger ratio misses the target (far out, α is within rounding of 1/G)
         assert scaling_efficiency(R * 1.01, devices) < alpha
