@@ -36,10 +36,11 @@ Mapping
   :mod:`dlsched.profiling.onnx_profiler`).
 
 Shapes come from ``onnx.shape_inference.infer_shapes`` (with data
-propagation); ``batch`` replaces dimension 0 of every graph input, symbolic or
-fixed, before inference. Inference runs on a copy whose floating-point
-initializers are replaced by typed graph inputs, so a 500 MiB model is not
-serialised again. Unknown dimensions are ``None``.
+propagation, and the shape arithmetic it skips evaluated by
+:mod:`dlsched.importers.onnx_fold`); ``batch`` replaces dimension 0 of every
+graph input, symbolic or fixed, before inference. Inference runs on a copy
+whose floating-point initializers are replaced by typed graph inputs, so a
+500 MiB model is not serialised again. Unknown dimensions are ``None``.
 """
 from __future__ import annotations
 
@@ -48,6 +49,8 @@ from pathlib import Path
 
 from dlsched.dag import COMPUTE, RECV, Graph, add_gradient_sends, fold_parameter_views
 from dlsched.errors import GraphError, ImportFailure
+
+from .onnx_fold import fold_shape_arithmetic
 
 # ONNX TensorProto.DataType → (dtype name, bytes per element)
 DTYPES = {
@@ -208,6 +211,11 @@ def _infer(model, path: Path, batch: int | None) -> dict:
         lg.value_info.extend(g.value_info)
     try:
         inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True)
+        # Shape arithmetic ONNX's data propagation skips (Where, Equal…): evaluated, then inferred again.
+        for _ in range(4):
+            if not fold_shape_arithmetic(light, inferred):
+                break
+            inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True)
     except Exception as e:  # onnx raises several types (InferenceError, RuntimeError, ValidationError)
         raise ImportFailure(f"{path}: ONNX shape inference failed: {e}") from None
     info: dict = {}
