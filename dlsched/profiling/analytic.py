@@ -4,8 +4,9 @@
 for compute ops (FLOPs and bytes from :mod:`dlsched.profiling.flops`), and
 ``latency + bytes / network bandwidth`` for transfers. Profiles are noisy and
 CI machines have no GPU; this oracle is what ``dlsched snapshot``/``check``
-gate on. Ops whose type the cost model does not know are returned as
-untimed with a reason, never silently given zero.
+gate on. Ops the cost model cannot cost (a type it does not know, or shapes
+the graph does not record) are returned as untimed with the reason, never
+silently given zero.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pandas as pd
 from dlsched.dag import COMPUTE, Graph
 
 from .device_specs import DeviceSpec
-from .flops import op_cost
+from .flops import explain_cost
 from .schema import oracle_frame, oracle_row
 
 
@@ -40,12 +41,12 @@ def analytic_oracle(graph: Graph, spec: DeviceSpec, transfers: bool = True) -> t
     rows, untimed = [], {}
     for op in graph.ops():
         if op.kind == COMPUTE:
-            cost = op_cost(graph, op)
+            cost, why = explain_cost(graph, op)
             if cost is None:
-                untimed[op.name] = f"no cost model for op type {op.op_type!r}"
+                untimed[op.name] = why
                 continue
             if cost.flops == 0 and cost.bytes == 0:
-                t = 0.0  # views and shape bookkeeping launch no kernel
+                t = 0.0  # views and shape bookkeeping launch no kernel (nor does an empty tensor)
             else:
                 t = max(cost.flops / spec.peak_flops, cost.bytes / spec.memory_bandwidth) + spec.launch_overhead
             flops, moved = cost.flops, cost.bytes

@@ -9,10 +9,27 @@ Conventions
 -----------
 - One multiply-accumulate is 2 FLOPs, so ResNet-50's 4.1 GMACs are 8.2 GFLOPs.
 - Convolution: ``2 · |output| · |weight| / C_out``; the weight is the rank-4
-  recv feeding the op (or its second input).
+  recv feeding the op (or its second input). TensorFlow's backward kernels do
+  the forward's MACs, with ``out_backprop`` (their third input) in the place
+  of the output: ``Conv2DBackpropInput(input_sizes, filter, out_backprop)``
+  reads the weight, ``Conv2DBackpropFilter(input, filter_sizes, out_backprop)``
+  writes it, so its weight shape is its own output (likewise the depthwise ones).
 - Matrix products: ``2 · |output| · K`` with K the contracted dimension.
-- Element-wise ops: a small constant number of FLOPs per output element.
-- Shape-only ops (reshape, view, squeeze…) cost nothing and move nothing.
+- Element-wise ops: a small constant number of FLOPs per output element. An
+  input dimension the graph leaves unknown is the output's (broadcasting).
+- Sums (``sum``, ``AddN``, ``BiasAddGrad``, ONNX ``Sum``): one addition per
+  input element beyond the output, at least one per output element:
+  ``max(Σ|inputs| − |output|, |output|)``.
+- Gathers (``embedding``, ``index``, ``gather``, ``GatherElements``…) read
+  their indices and the elements they pick, and write those: ``Σ|indices| +
+  2·|output|`` elements moved (the source is not read whole), no FLOPs.
+- Fills (``zeros``, ``ones_like``, ``full_like``, ``new_ones``, ``arange``,
+  TF ``Fill``, ONNX ``ConstantOfShape``…) write their output, no FLOPs.
+- Copies (``cat``, ``clone``, ``pad``…, and TensorFlow's and ONNX's ``Slice``,
+  ``Split``, ``Transpose``, ``Expand``, which materialise what torch's
+  namesakes only view) read their inputs and write their outputs.
+- Shape-only ops (reshape, view, squeeze, torch's slice and transpose views,
+  shape arithmetic like TF's ``ConcatOffset``…) cost nothing and move nothing.
 - Backward ops cost what their forward counterpart costs, times two for
   convolutions and matrix products (gradients w.r.t. input and weight).
 - Attention (``scaled_dot_product_attention`` and its aten kernels), with
@@ -22,16 +39,18 @@ Conventions
   recomputed, then ``dV``, ``dP``, ``dQ``, ``dK``) plus 5 per score (scale,
   ``exp`` against the saved log-sum-exp, ``dS = P·(dP − D)``). Every score is
   counted, causal or not: a roofline estimate, not a kernel's skipping.
-- An op type missing from the table is *not costable*: :func:`op_cost`
-  returns ``None`` and the caller must report it, never treat it as free.
+- An op is *not costable* when its type is missing from the table, or when
+  its cost needs a shape the graph does not record (an output of unknown
+  size, a convolution's weight): :func:`explain_cost` says which, and
+  :func:`op_cost` returns ``None``. The caller must report it, never treat it
+  as free.
 """
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
-from dlsched.dag import COMPUTE, Graph, Op, dtype_size
+from dlsched.dag import Graph, Op, dtype_size
 
 
 @dataclass(frozen=True)
@@ -40,45 +59,65 @@ class Cost:
     bytes: float
 
 
+class _Uncostable(Exception):
+    """An op of a known type whose shapes lack what its cost model needs (the message says what)."""
+
+
 # Shape/metadata ops: no arithmetic, no data movement (views or host-side bookkeeping).
 FREE = {
     "reshape", "view", "_unsafe_view", "flatten", "squeeze", "unsqueeze", "expand", "identity", "shape", "size",
-    "getattr", "getitem", "t", "detach", "alias", "constant", "constantofshape", "dropout", "noop", "placeholder",
+    "getattr", "getitem", "t", "detach", "alias", "constant", "dropout", "noop", "placeholder",
     "squeeze_", "unsqueeze_", "expand_as", "view_as", "stopgradient", "preventgradient", "const", "readvariableop",
     "flatten_using_ints", "sym_size", "numel", "dim", "contiguous", "lift_fresh_copy", "_reshape_alias",
     "dropout_", "chunk", "split", "split_with_sizes", "unbind", "select", "slice", "narrow", "as_strided",
-    "range", "arange", "zeros", "ones", "zeros_like", "ones_like", "empty", "empty_like", "full", "new_zeros",
-    "new_empty", "scalar_tensor", "shapen", "pack_shape", "stridedslice", "full_like", "new_ones", "new_full",
+    "empty", "empty_like", "new_empty", "shapen", "pack_shape",
     "split_tensor", "tensor_split", "unflatten", "permute", "transpose", "expand_dims", "expanddims",
+    # TensorFlow's gradient bookkeeping on shape vectors (which slice of a concat, which axes broadcast).
+    "concatoffset", "broadcastgradientargs",
 }
 # Ops that copy data: bytes moved, no FLOPs.
 COPY = {
-    "concat", "cat", "stack", "pack", "gather", "gatherv2", "embedding", "index_select", "pad", "constant_pad_nd",
+    "concat", "cat", "stack", "pack", "pad", "constant_pad_nd",
     "transpose_copy", "clone", "copy", "copy_", "_to_copy", "to", "cast", "tile", "repeat", "slice_scatter",
-    "select_scatter", "embedding_dense_backward", "scatter", "index_put", "resourcegather", "split_copy",
+    "select_scatter", "embedding_dense_backward", "scatter", "index_put", "split_copy",
     "zeros_like_copy", "masked_fill", "where", "select_backward", "slice_backward", "conjugatetranspose",
-    "concatv2", "slicev", "identityn", "mirrorpad", "fill", "cast_like",
-    "index", "gatherelements", "gather_elements", "index_put_", "masked_fill_",
+    "concatv2", "slicev", "identityn", "mirrorpad", "cast_like", "index_put_", "masked_fill_",
+    "stridedslice", "splitv", "unpack",
 }
+# Op types (exact spelling) that copy in TensorFlow and ONNX, where torch's lower-case namesakes are views.
+COPY_CASED = {"Slice", "Split", "Transpose", "Expand"}
+# Ops that read indices and the elements they pick (see the module docstring).
+GATHER = {"gather", "gatherv2", "embedding", "index_select", "index", "resourcegather", "gatherelements",
+          "gather_elements", "gathernd", "take_along_dim"}
+# Ops that write a new tensor without reading one.
+FILL = {"zeros", "ones", "zeros_like", "ones_like", "full", "full_like", "new_zeros", "new_ones", "new_full",
+        "range", "arange", "scalar_tensor", "fill", "constantofshape"}
+# Additions of several tensors, or of a tensor's elements (see the module docstring).
+SUM = {"sum", "addn", "sum_inputs", "accumulate", "biasaddgrad"}
 # FLOPs per output element.
 ELEMENTWISE = {
     "add": 1, "add_": 1, "addv2": 1, "sub": 1, "rsub": 1, "mul": 1, "mul_": 1, "div": 1, "truediv": 1,
-    "realdiv": 1, "neg": 1, "abs": 1, "relu": 1, "relu_": 1, "relu6": 1, "threshold_backward": 1, "reluGrad": 1,
+    "realdiv": 1, "neg": 1, "abs": 1, "relu": 1, "relu_": 1, "relu6": 1, "threshold_backward": 1,
     "relugrad": 1, "clip": 1, "clamp": 1, "hardtanh": 1, "leakyrelu": 2, "leaky_relu": 2, "max": 1, "min": 1,
     "maximum": 1, "minimum": 1, "sqrt": 1, "rsqrt": 1, "reciprocal": 1, "square": 1, "pow": 1, "exp": 1,
     "log": 1, "sigmoid": 4, "tanh": 4, "erf": 4, "gelu": 8, "silu": 5, "softplus": 4, "biasadd": 1,
     "sigmoid_backward": 3, "tanh_backward": 3, "gelu_backward": 12, "silu_backward": 8, "squareddifference": 2,
     "addcmul": 2, "addcdiv": 2, "lerp": 3, "eq": 1, "ne": 1, "lt": 1, "gt": 1, "le": 1, "ge": 1, "equal": 1,
     "greater": 1, "less": 1, "logicaland": 1, "not": 1, "bitwise_not": 1, "floor": 1, "ceil": 1, "round": 1,
-    "sign": 1, "mod": 1, "floordiv": 1, "fmod": 1, "selu": 4, "elu": 4, "softsign": 3, "hardswish": 4,
-    "hardsigmoid": 3, "mish": 8, "fill_": 0, "scalarmul": 1, "addn": 1, "sum_inputs": 1, "sum": 1,
-    "accumulate": 1, "bitwise_and": 1, "logical_not": 1, "isnan": 1, "isinf": 1, "nan_to_num": 1,
-    "native_dropout": 2, "native_dropout_backward": 1, "relugradgrad": 1, "biasaddgrad": 1,
+    "sign": 1, "mod": 1, "floordiv": 1, "floormod": 1, "fmod": 1, "selu": 4, "elu": 4, "softsign": 3,
+    "hardswish": 4, "hardsigmoid": 3, "mish": 8, "fill_": 0, "scalarmul": 1,
+    "bitwise_and": 1, "logical_not": 1, "isnan": 1, "isinf": 1, "nan_to_num": 1,
+    "native_dropout": 2, "native_dropout_backward": 1, "relugradgrad": 1,
     "div_": 1, "sub_": 1, "sin": 1, "cos": 1,
     # A mask: one index compare (and select) per element.
     "tril": 1, "triu": 1,
     # Dropout's mask, decomposed: one random draw and one compare per element.
     "bernoulli": 2, "bernoulli_": 2,
+    # TensorFlow's activation gradients, f'(x)·dy from the saved input x or output y:
+    # Relu6Grad dy·(0 < x < 6), SigmoidGrad dy·y·(1 − y), TanhGrad dy·(1 − y²), RsqrtGrad −dy·y³/2,
+    # SqrtGrad dy/(2y), ReciprocalGrad −dy·y², LeakyReluGrad x > 0 ? dy : α·dy, EluGrad, SeluGrad, SoftplusGrad.
+    "relu6grad": 2, "sigmoidgrad": 3, "tanhgrad": 3, "rsqrtgrad": 4, "sqrtgrad": 2, "reciprocalgrad": 3,
+    "leakyrelugrad": 2, "elugrad": 3, "selugrad": 4, "softplusgrad": 4,
 }
 # Normalisations and reductions: FLOPs per *input* element.
 REDUCTION = {
@@ -115,6 +154,12 @@ ATTENTION_BACKWARD = {"_scaled_dot_product_flash_attention_for_cpu_backward",
                       "_scaled_dot_product_efficient_attention_backward"}
 # Backward ops of convolutions / products that compute both input and weight gradients.
 DOUBLE = {"convolution_backward"}
+# TensorFlow's convolution gradients: out_backprop is the third input; the weight is the second input
+# (…BackpropInput) or the output (…BackpropFilter).
+TF_CONV_BACKPROP = {"conv2dbackpropinput", "conv2dbackpropfilter", "depthwiseconv2dnativebackpropinput",
+                    "depthwiseconv2dnativebackpropfilter", "conv3dbackpropinputv2", "conv3dbackpropfilterv2"}
+CONV |= TF_CONV_BACKPROP
+TF_CONV = {"Conv2D", "Conv3D", "DepthwiseConv2dNative"}  # op types whose data_format defaults to channels last
 
 
 def normalise(op_type: str) -> str:
@@ -129,24 +174,38 @@ def normalise(op_type: str) -> str:
     return t.lower()
 
 
+def _known(shape) -> bool:
+    return shape is not None and all(isinstance(d, (int, float)) and d >= 0 for d in shape)
+
+
 def _numel(shape) -> int:
-    if shape is None:
-        return 0
-    n = 1
-    for d in shape:
-        if d is None or (isinstance(d, (int, float)) and d < 0):
-            return 0
-        n *= int(d)
-    return n
+    return math.prod(int(d) for d in shape)
 
 
-def _out_elems(op: Op) -> int:
-    return sum(_numel(s) for s in op.output_shapes or [])
+def _outputs(op: Op) -> list[list[int]]:
+    """The output shapes, every dimension known (else the op cannot be costed)."""
+    outs = op.output_shapes or []
+    if not outs or not all(_known(s) for s in outs):
+        raise _Uncostable(f"its output shapes are unknown ({outs or 'none recorded'})")
+    return outs
+
+
+def _inputs(op: Op) -> list[list[int]]:
+    """The input shapes, a dimension left unknown taking the first output's (right-aligned, as broadcasting)."""
+    ins = []
+    for s in op.input_shapes or []:
+        if not _known(s):
+            like = _outputs(op)[0]
+            if s is None or len(s) > len(like):
+                raise _Uncostable(f"an input shape is unknown ({s})")
+            s = [like[len(like) - len(s) + i] if not _known([d]) else d for i, d in enumerate(s)]
+        ins.append(s)
+    return ins
 
 
 def _tensor_bytes(shapes, dtypes) -> float:
     total = 0.0
-    for i, s in enumerate(shapes or []):
+    for i, s in enumerate(shapes):
         dt = dtypes[i] if dtypes and i < len(dtypes) else (dtypes[0] if dtypes else "float32")
         total += _numel(s) * dtype_size(dt)
     return total
@@ -156,62 +215,62 @@ def _param_shapes(graph: Graph, op: Op) -> list[list[int]]:
     return [graph.op(p).shape for p in graph.predecessors(op.name) if graph.op(p).kind == "recv" and graph.op(p).shape]
 
 
-def _conv_macs(graph: Graph, op: Op, norm: str) -> float | None:
+def _conv_macs(graph: Graph, op: Op, norm: str) -> float:
+    if norm in TF_CONV_BACKPROP:
+        ins = op.input_shapes or []
+        grad = ins[2] if len(ins) > 2 else None
+        w = (op.output_shapes or [None])[0] if "filter" in norm else (ins[1] if len(ins) > 1 else None)
+        if not (_known(grad) and _known(w)) or len(grad) != len(w):
+            raise _Uncostable(f"it needs out_backprop's shape and the filter's (inputs {ins}, "
+                              f"outputs {op.output_shapes})")
+        nchw = str(op.attrs.get("data_format", "NHWC")).upper().startswith("NC")
+        return _numel(grad) * _numel(w) / grad[1 if nchw else -1]
     weights = [s for s in _param_shapes(graph, op) if len(s) >= 3]
-    if not weights:
-        weights = [s for s in (op.input_shapes or [])[1:2] if s and len(s) >= 3]
+    if not weights:  # aten.convolution_backward(grad_output, input, weight); the forward (input, weight)
+        weights = [s for s in (op.input_shapes or [])[(2 if norm == "convolution_backward" else 1):][:1]
+                   if _known(s) and len(s) >= 3]
     if not weights and "kernel_size" in op.attrs:  # torch module with its weight not a transfer
         k = op.attrs["kernel_size"]
         k = k if isinstance(k, (list, tuple)) else [k, k]
         weights = [[op.attrs["out_channels"], op.attrs["in_channels"] // op.attrs.get("groups", 1), *k]]
     if not weights:
-        return None
+        raise _Uncostable("the weight's shape is unknown")
     w = weights[0]
-    if norm in ("conv2dbackpropinput", "conv2dbackpropfilter", "depthwiseconv2dnativebackpropinput",
-                "depthwiseconv2dnativebackpropfilter", "convolution_backward"):
-        # The forward output has the shape of the incoming gradient (first non-index input).
-        grads = [s for s in (op.input_shapes or []) if s and len(s) == len(w)]
-        ref = grads[-1] if norm.startswith(("conv2d", "depthwise")) else (grads[0] if grads else None)
-        if ref is None:
-            return None
-        out = _numel(ref)
-        cout = ref[1] if norm == "convolution_backward" else ref[-1]
-    else:
-        if not op.output_shapes:
-            return None
-        out = _numel(op.output_shapes[0])
-        # NCHW (torch, ONNX) keeps channels at dim 1; TF's NHWC at the end.
-        nhwc = op.attrs.get("data_format", "NHWC" if norm in ("conv2d", "depthwiseconv2dnative") and
-                            op.op_type[0].isupper() and op.op_type.endswith("D") else "NCHW")
-        cout = op.output_shapes[0][-1] if str(nhwc).upper().startswith("NH") else op.output_shapes[0][1]
+    if norm == "convolution_backward":
+        # The forward output has the shape of the incoming gradient, the first input.
+        grads = [s for s in (op.input_shapes or []) if _known(s) and len(s) == len(w)]
+        if not grads:
+            raise _Uncostable(f"the incoming gradient's shape is unknown ({op.input_shapes})")
+        return _numel(grads[0]) * _numel(w) / grads[0][1]
+    out = _outputs(op)[0]
+    # NCHW (torch, ONNX) keeps channels at dim 1; TF's default NHWC (NDHWC) at the end.
+    layout = op.attrs.get("data_format", "NHWC" if op.op_type in TF_CONV else "NCHW")
+    cout = out[1] if str(layout).upper().startswith("NC") else out[-1]
     if not cout:
-        return None
-    return out * _numel(w) / cout
+        raise _Uncostable(f"its output has no channels ({out})")
+    return _numel(out) * _numel(w) / cout
 
 
-def _matmul_macs(graph: Graph, op: Op, norm: str) -> float | None:
-    out = _out_elems(op) if op.output_shapes else 0
-    if not out:
-        return None
+def _matmul_macs(graph: Graph, op: Op, norm: str) -> float:
+    out = sum(_numel(s) for s in _outputs(op))
     if norm == "linear":
         ws = [s for s in _param_shapes(graph, op) if len(s) == 2]
         k = ws[0][1] if ws else op.attrs.get("in_features")
-        return out * k if k else None
-    ins = [s for s in (op.input_shapes or []) if s is not None]
+        if not k:
+            raise _Uncostable("the weight's shape is unknown")
+        return out * k
+    ins = _inputs(op)
     if norm in ("addmm", "baddbmm", "addmv"):
         ins = ins[1:]
-    if not ins:
-        return None
+    if not ins or not ins[0]:
+        raise _Uncostable(f"the first factor's shape is unknown ({op.input_shapes})")
     a = ins[0]
-    if len(a) < 1:
-        return None
     trans_a = op.attrs.get("transA") or op.attrs.get("transpose_a") or op.attrs.get("adj_x")
-    k = a[-2] if (trans_a and len(a) >= 2) else a[-1]
-    return out * k if k else None
+    return out * (a[-2] if (trans_a and len(a) >= 2) else a[-1])
 
 
-def _attention_flops(op: Op, norm: str) -> float | None:
-    """FLOPs of fused attention (see the module docstring), or ``None`` without q/k/v shapes."""
+def _attention_flops(op: Op, norm: str) -> float:
+    """FLOPs of fused attention (see the module docstring)."""
     if norm in ATTENTION_BACKWARD:
         qkv = [s for s in (op.output_shapes or [])[:3] if s]
     else:
@@ -219,20 +278,93 @@ def _attention_flops(op: Op, norm: str) -> float | None:
         # An fx node lists each input node once: self-attention on one tensor has fewer shapes.
         while qkv and len(qkv) < 3:
             qkv.append(qkv[-1])
-    if len(qkv) < 3 or any(len(s) < 2 for s in qkv):
-        return None
+    if len(qkv) < 3 or any(len(s) < 2 or not _known(s) for s in qkv):
+        raise _Uncostable(f"the shapes of q, k and v are unknown ({op.input_shapes} → {op.output_shapes})")
     q, k, v = qkv
     length, e, keys, ev = q[-2], q[-1], k[-2], v[-1]
-    if not (length and e and keys and ev):
-        return None
-    scores = _numel(q) // (length * e) * length * keys  # BH·L·S
+    scores = _numel(q[:-2]) * length * keys  # BH·L·S
     if norm in ATTENTION_BACKWARD:
         return 2 * scores * (3 * e + 2 * ev) + 5 * scores
     return 2 * scores * (e + ev) + 4 * scores
 
 
+def _cost(graph: Graph, op: Op, norm: str) -> Cost:
+    """The cost of a compute op whose normalised type ``norm`` is in the table; raises :class:`_Uncostable`."""
+    if norm in FREE and op.op_type not in COPY_CASED:
+        return Cost(0.0, 0.0)
+    outs = _outputs(op)
+    out = sum(_numel(s) for s in outs)
+    if norm in FILL:
+        return Cost(0.0, _tensor_bytes(outs, op.dtypes))
+    ins = _inputs(op)
+    if not ins and norm in SUM and op.attrs.get("inputs"):  # ONNX's gradient accumulation: k of its own shape
+        ins = list(outs) * int(op.attrs["inputs"])
+    if norm in GATHER:  # the source (the first input of several) is read only where picked
+        indices = sum(_numel(s) for s in (ins[1:] if len(ins) > 1 else ins))
+        return Cost(0.0, (indices + 2 * out) * dtype_size(op.dtypes[0] if op.dtypes else "float32"))
+    moved = _tensor_bytes(ins, op.dtypes) + _tensor_bytes(outs, op.dtypes)
+    if not op.input_shapes:  # modules own their weights: count the parameters they read
+        moved += sum(graph.op(p).bytes for p in graph.predecessors(op.name) if graph.op(p).kind == "recv")
+    if norm in COPY or op.op_type in COPY_CASED:
+        return Cost(0.0, moved)
+    if norm in CONV:
+        return Cost(2 * _conv_macs(graph, op, norm) * (2 if norm in DOUBLE else 1), moved)
+    if norm in MATMUL:
+        return Cost(2 * _matmul_macs(graph, op, norm), moved)
+    if norm in ATTENTION or norm in ATTENTION_BACKWARD:
+        return Cost(_attention_flops(op, norm), moved)
+    if norm in SUM:
+        return Cost(max(sum(_numel(s) for s in ins) - out, out), moved)
+    if norm in ELEMENTWISE:
+        return Cost(ELEMENTWISE[norm] * out, moved)
+    if norm in REDUCTION:
+        return Cost(REDUCTION[norm] * sum(_numel(s) for s in (ins or outs)), moved)
+    # POOL
+    k = op.attrs.get("kernel_shape") or op.attrs.get("kernel_size") or op.attrs.get("ksize") or [1]
+    k = k if isinstance(k, (list, tuple)) else [k, k]
+    return Cost(out * max(1, math.prod(int(x) for x in k)), moved)
+
+
+KNOWN = (FREE | COPY | GATHER | FILL | SUM | set(ELEMENTWISE) | set(REDUCTION) | POOL | CONV | MATMUL | ATTENTION
+         | ATTENTION_BACKWARD)
+
+
+def explain_cost(graph: Graph, op: Op) -> tuple[Cost | None, str | None]:
+    """``(cost, None)`` for a compute op the table can cost, else ``(None, why not)``.
+
+    Examples
+    --------
+    >>> from dlsched.dag import Graph, COMPUTE
+    >>> g = Graph("why")
+    >>> _ = g.add_op("f", COMPUTE, op_type="Conv2DBackpropFilter", input_shapes=[[1, 8, 8, 3], [4], [1, 8, 8, 16]],
+    ...              output_shapes=[[3, 3, 3, 16]], dtypes=["float32"])
+    >>> explain_cost(g, g.op("f"))[0].flops   # the forward's MACs, 2 FLOPs each: 2·(8·8·16)·(3·3·3)
+    55296.0
+    >>> g.op("f").output_shapes = [[3, 3, None, 16]]      # a dimension the graph did not record
+    >>> print(explain_cost(g, g.op("f"))[1])
+    the 'Conv2DBackpropFilter' cost model cannot cost it: its output shapes are unknown ([[3, 3, None, 16]])
+    >>> print(explain_cost(g, g.add_op("u", COMPUTE, op_type="MyOp"))[1])
+    no cost model for op type 'MyOp'
+    """
+    norm = normalise(op.op_type)
+    mirrored = norm.endswith("grad") and op.name.endswith("/grad") and op.name[:-5] in graph
+    if mirrored:  # ONNX's synthesised backward: twice its forward op (see importers.onnx_importer)
+        fwd, why = explain_cost(graph, graph.op(op.name[:-5]))
+        return (None, f"its forward op cannot be costed: {why}") if fwd is None else \
+            (Cost(2 * fwd.flops, 2 * fwd.bytes), None)
+    if graph.capture and not op.input_shapes and not op.output_shapes:
+        # A torch capture records every tensor's shape: an op with none is Python arithmetic on sizes.
+        return Cost(0.0, 0.0), None
+    if norm not in KNOWN and op.op_type not in COPY_CASED:
+        return None, f"no cost model for op type {op.op_type!r}"
+    try:
+        return _cost(graph, op, norm), None
+    except _Uncostable as e:
+        return None, f"the {op.op_type!r} cost model cannot cost it: {e}"
+
+
 def op_cost(graph: Graph, op: Op) -> Cost | None:
-    """FLOPs and bytes moved by a compute op, or ``None`` if its type is unknown.
+    """FLOPs and bytes moved by a compute op, or ``None`` if it cannot be costed (see :func:`explain_cost`).
 
     Examples
     --------
@@ -245,39 +377,7 @@ def op_cost(graph: Graph, op: Op) -> Cost | None:
     >>> op_cost(g, g.op("c")).flops / 1e6   # 118 MMACs
     236.027904
     """
-    norm = normalise(op.op_type)
-    mirrored = norm.endswith("grad") and op.name.endswith("/grad") and op.name[:-5] in graph
-    if mirrored:  # ONNX's synthesised backward: twice its forward op (see importers.onnx_importer)
-        fwd = op_cost(graph, graph.op(op.name[:-5]))
-        return None if fwd is None else Cost(2 * fwd.flops, 2 * fwd.bytes)
-    moved = _tensor_bytes(op.input_shapes, op.dtypes) + _tensor_bytes(op.output_shapes, op.dtypes)
-    if not op.input_shapes:  # modules own their weights: count the parameters they read
-        moved += sum(graph.op(p).bytes for p in graph.predecessors(op.name) if graph.op(p).kind == "recv")
-    if norm in FREE:
-        return Cost(0.0, 0.0)
-    if norm in COPY:
-        return Cost(0.0, moved)
-    if norm in CONV:
-        macs = _conv_macs(graph, op, norm)
-        if macs is None:
-            return None
-        return Cost(2 * macs * (2 if norm in DOUBLE else 1), moved)
-    if norm in MATMUL:
-        macs = _matmul_macs(graph, op, norm)
-        return None if macs is None else Cost(2 * macs, moved)
-    if norm in ATTENTION or norm in ATTENTION_BACKWARD:
-        flops = _attention_flops(op, norm)
-        return None if flops is None else Cost(flops, moved)
-    if norm in ELEMENTWISE:
-        return Cost(ELEMENTWISE[norm] * _out_elems(op), moved)
-    if norm in REDUCTION:
-        n = sum(_numel(s) for s in (op.input_shapes or op.output_shapes or []))
-        return Cost(REDUCTION[norm] * n, moved)
-    if norm in POOL:
-        k = op.attrs.get("kernel_shape") or op.attrs.get("kernel_size") or op.attrs.get("ksize") or [1]
-        k = k if isinstance(k, (list, tuple)) else [k, k]
-        return Cost(_out_elems(op) * max(1, math.prod(int(x) for x in k)), moved)
-    return None
+    return explain_cost(graph, op)[0]
 
 
 def graph_flops(graph: Graph, phase: str | None = None) -> tuple[float, list[str]]:
