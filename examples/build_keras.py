@@ -2,14 +2,15 @@
 
 Usage::
 
-    python examples/build_keras.py [OUT_DIR] [--models resnet50,vgg16] [--batch N]
+    python examples/build_keras.py [OUT_DIR] [--models resnet50,vgg16,efficientnetb0] [--batch N]
     python examples/build_keras.py OUT_DIR --tf1      # the small TF1-style graph
     python examples/build_keras.py OUT_DIR --corpus mobilenetv2,inceptionv3
 
 ``OUT_DIR`` defaults to ``$DLSCHED_CACHE`` or ``.cache/models``. Weights are
 random (``weights=None``); nothing is downloaded.
 
-For each Keras model NAME it writes
+For each Keras model NAME (ResNet50 and VGG16 at 224×224; EfficientNetB0, whose swish is a
+``tf.custom_gradient``, at 64×64 to stay fast) it writes
 
 - ``NAME.pb``: the forward GraphDef of a ``tf.function`` (inference mode) with a
   symbolic batch (``batch=None``) or a fixed one. A traced function reaches its
@@ -58,8 +59,8 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
-MODELS = ("resnet50", "vgg16")
-INPUT_SHAPE = (224, 224, 3)
+MODELS = ("resnet50", "vgg16", "efficientnetb0")
+INPUT_SHAPES = {"resnet50": (224, 224, 3), "vgg16": (224, 224, 3), "efficientnetb0": (64, 64, 3)}
 
 
 def default_out_dir() -> Path:
@@ -73,6 +74,8 @@ def _keras_model(name: str):
         return keras.applications.ResNet50(weights=None)
     if name == "vgg16":
         return keras.applications.VGG16(weights=None)
+    if name == "efficientnetb0":
+        return keras.applications.EfficientNetB0(weights=None, input_shape=INPUT_SHAPES[name])
     raise ValueError(f"unknown model {name!r}; expected one of {', '.join(MODELS)}")
 
 
@@ -92,7 +95,7 @@ def build(name: str, out_dir: str | os.PathLike | None = None, batch: int | None
 
     Parameters
     ----------
-    name : {"resnet50", "vgg16"}
+    name : {"resnet50", "vgg16", "efficientnetb0"}
     out_dir : path, optional
         Defaults to ``$DLSCHED_CACHE`` or ``.cache/models``.
     batch : int, optional
@@ -121,7 +124,7 @@ def build(name: str, out_dir: str | os.PathLike | None = None, batch: int | None
     import tensorflow as tf
 
     model = _keras_model(name)
-    spec = tf.TensorSpec([batch, *INPUT_SHAPE], tf.float32, name="x")
+    spec = tf.TensorSpec([batch, *INPUT_SHAPES[name]], tf.float32, name="x")
 
     @tf.function(input_signature=[spec])
     def serve(x):
@@ -290,7 +293,7 @@ def build_tf1(out_dir: str | os.PathLike | None = None) -> dict[str, Path]:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out_dir", nargs="?", default=None)
-    ap.add_argument("--models", default=",".join(MODELS), help="comma-separated: resnet50,vgg16")
+    ap.add_argument("--models", default="resnet50,vgg16", help=f"comma-separated: {','.join(MODELS)}")
     ap.add_argument("--batch", type=int, default=None, help="fix the batch dimension (default: symbolic)")
     ap.add_argument("--tf1", action="store_true", help="write the small TF1 VariableV2 graphs instead")
     ap.add_argument("--corpus", default=None, help="comma-separated: save mobilenetv2,inceptionv3 both ways instead")

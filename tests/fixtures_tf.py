@@ -68,6 +68,12 @@ def keras_vgg16() -> dict:
 
 
 @pytest.fixture(scope="session")
+def keras_efficientnetb0() -> dict:
+    """Keras EfficientNetB0 at 64×64: its swish activations are ``tf.custom_gradient`` ops."""
+    return _build_keras("efficientnetb0")
+
+
+@pytest.fixture(scope="session")
 def tf1_graphs() -> dict:
     """The TF1 ``VariableV2`` MLP as ``graphdef`` (.pb), ``pbtxt`` and ``frozen`` (.pb)."""
     from examples.build_keras import TF1_VARIABLES, build_tf1
