@@ -38,6 +38,14 @@ partial gradients towards non-trainable statistics) are pruned: TF never runs
 them. Non-trainable
 state (BatchNorm moving statistics) is read (a recv) but has no send.
 
+A ``tf.custom_gradient`` (Keras's swish) is an IdentityN whose ``_gradient_op_type``
+names a Python function of the process that traced it. A SavedModel keeps the
+function: its body joins the backward, its captured forward tensors mapped to their
+inlined copies. A GraphDef does not: the backward differentiates the ops the
+IdentityN wraps, with a warning. The ``Identity`` that ``tf.custom_gradient``
+leaves unread beside each use is not an output (nor a loss term), and a
+SavedModel's captured constants are ``Const`` ops, not fed inputs.
+
 Examples
 --------
 >>> g = import_graphdef(".cache/models/resnet50.pb", batch=8)   # doctest: +SKIP
@@ -270,11 +278,18 @@ def _normalise_resources(gd):
 
 
 def _flatten_saved_model(path: Path):
-    """Inline a SavedModel's serving function into a flat GraphDef with named variables."""
+    """Inline a SavedModel's serving function into a flat GraphDef with named variables.
+
+    Returns the GraphDef and the custom-gradient types that loading the SavedModel registered
+    (:func:`_saved_gradient`).
+    """
     if not path.is_dir() or not any((path / f).is_file() for f in ("saved_model.pb", "saved_model.pbtxt")):
         raise ImportFailure(f"{path}: not a TensorFlow SavedModel folder (no saved_model.pb or saved_model.pbtxt "
                             "in it); pass a SavedModel directory, a .pb/.pbtxt GraphDef, .onnx or .dag.json")
     tf = _tf()
+    from tensorflow.python.framework import ops as tf_ops
+
+    registered = set(tf_ops.gradient_registry.list())
     try:
         loaded = tf.saved_model.load(str(path))
     except Exception as e:
@@ -302,7 +317,18 @@ def _flatten_saved_model(path: Path):
     captured.sort(key=lambda pv: order[id(pv[1])])  # the function's variable order (first use)
     specs = {ph: (var.name.split(":")[0], var.shape.as_list(), var.dtype.as_datatype_enum, bool(var.trainable))
              for ph, var in captured}
-    return resource_placeholders_to_variables(gd, specs)
+    # A captured constant (Keras Normalization's mean and variance) is a placeholder in the function's
+    # graph, but nobody feeds it: it becomes the Const it stands for.
+    placeholders = {n.name: n for n in gd.node if n.op == "Placeholder"}
+    for external, internal in fn.graph.captures:
+        node = placeholders.get(internal.op.name)
+        if node is not None and isinstance(external, tf_ops.EagerTensor) and external.dtype != tf.resource:
+            node.op = "Const"
+            node.ClearField("attr")
+            node.attr["dtype"].type = external.dtype.as_datatype_enum
+            node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(external.numpy()))
+    kinds = frozenset(k.encode() for k in set(tf_ops.gradient_registry.list()) - registered)
+    return resource_placeholders_to_variables(gd, specs), kinds
 
 
 # -- analysing the graph ------------------------------------------------------------
@@ -395,12 +421,150 @@ def _kept_nodes(gd, variables: dict[str, Variable]) -> list[str]:
     return [n for n in names if n not in dropped and n not in protected]
 
 
-def _add_training(gd, variables: dict[str, Variable], outputs: list[str]):
-    """Append a loss and ``tf.gradients`` for the trainable variables' reads."""
+def _gradient_type(op) -> bytes | None:
+    """The custom-gradient type an op names in ``_gradient_op_type`` (function calls aside, as in TF)."""
+    if op.type in ("StatefulPartitionedCall", "PartitionedCall"):
+        return None
+    try:
+        return op.get_attr("_gradient_op_type") or None
+    except ValueError:
+        return None
+
+
+def _gradient_types(graph) -> dict[bytes, list[str]]:
+    """Custom-gradient type → the names of the ops carrying it in ``graph``."""
+    found: dict[bytes, list[str]] = {}
+    for op in graph.get_operations():
+        kind = _gradient_type(op)
+        if kind:
+            found.setdefault(kind, []).append(op.name)
+    return found
+
+
+def _saved_gradient(op, kind: bytes, homes: dict):
+    """The gradient that loading a SavedModel registered for custom-gradient ``op``, rebuilt for the flat graph.
+
+    ``tf.saved_model.load`` registers each saved ``tf.custom_gradient`` function under a fresh
+    ``_gradient_op_type``, but the function captures forward tensors of the un-inlined function graph
+    (``efficientnetb0_1/top_activation_1/beta``), which the flat graph names with the inlining prefix
+    (``StatefulPartitionedCall/efficientnetb0_1/…``). The returned gradient imports the function's body
+    with its arguments bound to the incoming gradients and its captures to their inlined copies. ``None``
+    when there is no such function or a capture has no copy. ``homes`` caches :func:`_gradient_types`.
+    """
+    import inspect
+
+    tf = _tf()
+    from tensorflow.python.framework import ops as tf_ops
+
+    try:  # the registered wrapper is a closure over the loaded ConcreteFunction ``func``
+        func = inspect.getclosurevars(tf_ops.gradient_registry.lookup(kind.decode())).nonlocals["func"]
+        body, captured, structured = func.graph, list(func.captured_inputs), list(func.structured_outputs)
+    except (LookupError, KeyError, AttributeError, TypeError):
+        return None
+    if len(body.inputs) - len(captured) != len(op.outputs) or len(structured) != len(op.inputs) \
+            or sum(o is not None for o in structured) != len(body.outputs):
+        return None
+    flat_captures = []
+    for c in captured:
+        # The op with this gradient type in the capture's own graph tells the inlining prefix.
+        if id(c.graph) not in homes:
+            homes[id(c.graph)] = _gradient_types(c.graph)
+        home = homes[id(c.graph)].get(kind, [])
+        prefix = op.name[: len(op.name) - len(home[0])] if len(home) == 1 else None
+        if prefix is None or not op.name.endswith(home[0]) or prefix[-1:] not in ("", "/"):
+            return None
+        try:
+            flat_captures.append(op.graph.get_tensor_by_name(prefix + c.name))
+        except (KeyError, ValueError):
+            return None
+    graph_def = body.as_graph_def()
+    returns = [t.name for t in body.outputs]
+
+    def gradient(_, *grads):
+        grads = [gr if gr is not None else tf.zeros_like(t) for gr, t in zip(grads, op.outputs)]
+        bound = list(zip(body.inputs, grads + flat_captures))
+        input_map = {t.name: v for t, v in bound}
+        input_map.update({f"^{t.op.name}": v for t, v in bound})  # ``control_dependencies([dy])``
+        outs = iter(tf.graph_util.import_graph_def(graph_def, input_map=input_map, return_elements=returns,
+                                                   name="custom_gradient"))
+        return [None if o is None else next(outs) for o in structured]
+
+    return gradient
+
+
+def _bind_custom_gradients(g, saved: frozenset) -> list[str]:
+    """Give every op with a custom gradient one this process can build; the names of those left without theirs.
+
+    A ``tf.custom_gradient`` (or ``gradient_override_map``) op names its gradient in the attr
+    ``_gradient_op_type``: a key into the Python gradient registry of the process that built the graph,
+    which a GraphDef does not carry and which may name another function here. A SavedModel keeps the
+    function, registered under one of the types in ``saved`` when it was loaded (:func:`_saved_gradient`).
+    Otherwise the op gets its op type's own gradient: for ``tf.custom_gradient``'s IdentityN a
+    pass-through, so TF differentiates the ops the custom gradient wraps.
+    """
+    from tensorflow.python.framework import ops as tf_ops
+
+    plain, homes = [], {}
+    for op in g.get_operations():
+        kind = _gradient_type(op)
+        if not kind or not op.inputs:
+            continue
+        grad = _saved_gradient(op, kind, homes) if kind in saved else None
+        if grad is None:
+            plain.append(op.name)
+            try:
+                grad = _pass_through(op) if op.type == "IdentityN" else tf_ops.gradient_registry.lookup(op.type)
+            except LookupError:
+                continue  # tf.gradients names the op
+        op._gradient_function = grad  # consulted before the registry (ops.get_gradient_function)
+    return plain
+
+
+def _pass_through(op):
+    """IdentityN ``op``'s gradient, without the zeros TF feeds in for outputs nothing reads.
+
+    ``tf.custom_gradient``'s IdentityN also forwards its arguments, which nothing reads; TF's own gradient
+    would add a ``ZerosLike`` and an ``AddN`` per argument for a gradient that is exactly zero.
+    """
+    read = [bool(out.consumers()) for out in op.outputs]  # before tf.gradients adds its ZerosLike readers
+
+    def gradient(_, *grads):
+        return [g if r else None for g, r in zip(grads, read)]
+
+    return gradient
+
+
+def _custom_gradient_leftovers(nodes: dict, kept: list[str]) -> set[str]:
+    """The unread ``Identity`` that ``tf.custom_gradient`` leaves beside each use in a traced graph.
+
+    TensorFlow takes an ``Identity`` of the custom-gradient result to look for variables
+    (``_get_dependent_variables``) and never reads it, while the model reads the result through the
+    IdentityN that carries the gradient. Left in, each would be a model output: an extra loss term in
+    training, differentiated through the ops the custom gradient replaces. Nothing fetches it, so TF
+    never runs it.
+    """
+    def tensor(inp: str) -> str:
+        return inp if ":" in inp else f"{inp}:0"
+
+    forwarded = {tensor(i) for n in kept if nodes[n].op == "IdentityN" and "_gradient_op_type" in nodes[n].attr
+                 for i in nodes[n].input if not i.startswith("^")}
+    read = {_split_input(i)[0] for n in kept for i in nodes[n].input}
+    return {n for n in kept if nodes[n].op == "Identity" and n not in read and nodes[n].input
+            and tensor(nodes[n].input[0]) in forwarded}
+
+
+def _add_training(gd, variables: dict[str, Variable], outputs: list[str], saved=frozenset()):
+    """Append a loss and ``tf.gradients`` for the trainable variables' reads.
+
+    ``saved``: the custom-gradient types that loading the graph's SavedModel registered.
+    Returns the training GraphDef, the loss node, gradient producers and the custom-gradient ops left
+    with their op type's own gradient.
+    """
     tf = _tf()
     g = tf.Graph()
     with g.as_default():
         tf.graph_util.import_graph_def(gd, name="")
+        plain = _bind_custom_gradients(g, saved)
         outs = [t for o in outputs for t in g.get_operation_by_name(o).outputs if t.dtype.is_floating]
         if not outs:
             raise ImportFailure("the graph has no floating-point output to build a training loss from")
@@ -427,7 +591,7 @@ def _add_training(gd, variables: dict[str, Variable], outputs: list[str]):
                 continue
             t = gs[0] if len(gs) == 1 else tf.add_n(gs, name=f"{GRAD_SCOPE}/{v.name}")
             producers[v.name] = t.op.name
-    return g.as_graph_def(), loss.op.name, producers
+    return g.as_graph_def(), loss.op.name, producers, plain
 
 
 def _jsonable_attr(a):
@@ -467,17 +631,19 @@ def prepare(path: str | Path, fmt: str, mode: str = "inference", batch: int | No
     if mode not in ("inference", "training"):
         raise ImportFailure(f"unknown mode {mode!r}; expected inference or training")
     if fmt == "savedmodel":
-        gd = _flatten_saved_model(path)
+        gd, saved_gradients = _flatten_saved_model(path)
         name = path.name
     else:
-        gd = _normalise_resources(read_graphdef(path))
+        gd, saved_gradients = _normalise_resources(read_graphdef(path)), frozenset()
         name = path.name[: -len(path.suffix)] if path.suffix else path.name
     _set_batch(gd, batch)
     variables = _find_variables(gd, frozen_consts)
+    nodes = {n.name: n for n in gd.node}
     kept = _kept_nodes(gd, variables)
+    leftovers = _custom_gradient_leftovers(nodes, kept)
+    kept = [n for n in kept if n not in leftovers]
     kept_set = set(kept)
     consumed = set()
-    nodes = {n.name: n for n in gd.node}
     for n in kept:
         for inp in nodes[n].input:
             consumed.add(_split_input(inp)[0])
@@ -488,17 +654,33 @@ def prepare(path: str | Path, fmt: str, mode: str = "inference", batch: int | No
     prepared = PreparedGraph(gd, name, fmt, str(path), mode, batch, list(variables.values()), kept, inputs, outputs)
     if mode == "training":
         try:
-            gd2, loss, producers = _add_training(gd, variables, outputs)
+            gd2, loss, producers, plain = _add_training(gd, variables, outputs, saved_gradients)
         except ImportFailure as e:
             raise ImportFailure(f"{path}: {e}") from None
         except Exception as e:
             raise ImportFailure(f"{path}: TensorFlow could not build the backward graph "
                                 f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+        if plain:
+            _warn_plain_gradients(path, fmt, plain)
         new = [n.name for n in gd2.node if n.name not in nodes]
         prepared.graph_def = gd2
         prepared.kept = kept + [n for n in new if n not in kept_set]
         prepared.loss, prepared.gradients = loss, producers
     return prepared
+
+
+def _warn_plain_gradients(path, fmt: str, plain: list[str]) -> None:
+    """Say that custom-gradient ops got their op type's own gradient (:func:`_bind_custom_gradients`)."""
+    import warnings
+
+    from dlsched.errors import DlschedWarning
+    many = f"{len(plain)} ops have" if len(plain) > 1 else "1 op has"
+    warnings.warn(DlschedWarning(
+        f"{path}: {many} a custom gradient (tf.custom_gradient, e.g. {plain[0]}) whose function the "
+        f"{'SavedModel' if fmt == 'savedmodel' else 'GraphDef'} does not hold, so the backward differentiates "
+        "the ops it wraps instead: the same values unless the custom gradient changes the math, but possibly "
+        "other ops and memory. A SavedModel keeps the function (tf.saved_model.save, unless "
+        "experimental_custom_gradients=False)."), stacklevel=4)
 
 
 def to_dag(prepared: PreparedGraph) -> Graph:
