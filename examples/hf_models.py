@@ -2,7 +2,7 @@
 
 Each factory builds its model from a config with random weights (a fixed
 seed) and returns ``(module, (input_ids,))``, the contract of dlsched's MODEL
-argument ``examples/hf_models.py:bert``. Nothing is downloaded: no weights, no
+argument ``examples/hf_models.py:bert`` (``vit`` returns ``(module, (images,))``). Nothing is downloaded: no weights, no
 tokenizer (the token ids come from :func:`torch.randint`), and the hub is
 switched off for the process.
 
@@ -13,6 +13,9 @@ the stock ones, so the captured graphs have the ops of the full-size models:
 - ``bert``: ``BertForSequenceClassification`` (2-class logits)
 - ``gpt2``: ``GPT2LMHeadModel`` (its LM head is tied to the token embedding)
 - ``llama``: ``LlamaForCausalLM`` (grouped-query attention, RoPE, SwiGLU)
+- ``vit``: ``ViTForImageClassification`` on 32×32 images in 8×8 patches; and
+  ``vit_base``, the same at ViT-B/16 sizes (12 layers, hidden size 768, 224×224
+  images in 16×16 patches, 1,000 classes: 86.6 M parameters), for memory plans
 
 Symbolic torch.fx tracing fails on all three, so dlsched captures them at the
 aten level with ``make_fx`` in both modes (see
@@ -83,4 +86,23 @@ def llama(batch: int = 2, seq_len: int = SEQ_LEN):
     return LlamaForCausalLM(config), (_token_ids(batch, seq_len),)
 
 
-FACTORIES = {"bert": bert, "gpt2": gpt2, "llama": llama}
+def vit(batch: int = 2, image_size: int = 32, patch_size: int = 8, layers: int | None = None,
+        hidden: int | None = None, heads: int | None = None, ffn: int | None = None, num_labels: int = 10):
+    """``ViTForImageClassification`` on ``batch × 3 × image_size²`` images (default: the small shape)."""
+    from transformers import ViTConfig, ViTForImageClassification
+
+    s = _SIZE
+    config = ViTConfig(image_size=image_size, patch_size=patch_size, hidden_size=hidden or s["hidden"],
+                       num_hidden_layers=layers or s["layers"], num_attention_heads=heads or s["heads"],
+                       intermediate_size=ffn or s["ffn"], num_labels=num_labels)
+    torch.manual_seed(0)
+    images = torch.randn(batch, 3, image_size, image_size, generator=torch.Generator().manual_seed(1))
+    return ViTForImageClassification(config), (images,)
+
+
+def vit_base(batch: int = 2):
+    """ViT-B/16: ``vit`` at 224×224 in 16×16 patches, 12 layers of hidden size 768, 1,000 classes."""
+    return vit(batch, image_size=224, patch_size=16, layers=12, hidden=768, heads=12, ffn=3072, num_labels=1000)
+
+
+FACTORIES = {"bert": bert, "gpt2": gpt2, "llama": llama, "vit": vit, "vit_base": vit_base}
