@@ -79,7 +79,7 @@ def test_closed_form_through_cli(synthetic):
 
 def test_global_batch_above_caps_exits_2(synthetic):
     _, path, _, _ = synthetic
-    args = [path, "--worker", "a:9MB:1", "--worker", "b:10MB:2"]
+    args = [path, "--worker", "a:10MB:1", "--worker", "b:11MB:2"]
     caps = [w["max_batch"] for w in _json(*args, "--global-batch", "1")["workers"]]
     assert all(c > 0 for c in caps)
     total = sum(caps)

@@ -164,8 +164,9 @@ def snapshot_model(options: dict, tolerance_for: Iterable[str] = (),
         from dlsched.loader import load_model as load
     model_kw = {k: options[k] for k in _MODEL_KEYS if k in options}
     graph = load(**model_kw)
-    times = _gate_times(graph, options)
     largest = None
+    # Before the times: on a symbolic batch the plan says to pass --batch, where the oracle could only say it
+    # cannot cost the ops.
     if options.get("memory"):
         from dlsched.planning.batch import plan_batch
         from dlsched.planning.memory import static_estimate
@@ -175,6 +176,7 @@ def snapshot_model(options: dict, tolerance_for: Iterable[str] = (),
         train = graph if graph.mode == "training" else load(**{**model_kw, "mode": "training"})
         estimate = static_estimate(train, optimizer=options.get("optimizer") or "sgd")
         largest = plan_batch(estimate, parse_bytes(options["memory"]), options.get("margin") or 0.1).batch
+    times = _gate_times(graph, options)
     doc = {
         "dlsched_version": __version__,
         "model": {"spec": options["model"], "name": graph.name, "fingerprint": graph.fingerprint(),

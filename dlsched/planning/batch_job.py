@@ -15,7 +15,7 @@ Examples
 >>> path = pathlib.Path(tempfile.mkdtemp()) / "m.dag.json"
 >>> save_dag(random_dag(6, 3, training=True, seed=2)[0], path)
 >>> run_plan_batch(str(path), memory=1_000_000).plan.batch
-1405
+1259
 >>> split = run_plan_batch(str(path), global_batch=30, workers=["a:1MB:1", "b:1MB:2"])
 >>> split.plan.batches, split.time_unit
 ([10, 20], 'reference-sample')

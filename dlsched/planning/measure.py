@@ -3,8 +3,18 @@
 A training step is forward + backward + the optimizer's step (SGD, SGD with
 momentum, or Adam) of a PyTorch factory ``file.py:fn`` at a given batch. One
 warm-up step at batch 1 first creates the optimizer state and the lazily
-allocated buffers, so the measured step is a steady-state one (state already
-resident, gradients set to ``None`` by ``zero_grad``, as in a training loop).
+allocated buffers, so the measured step is a steady-state one: parameters,
+optimizer state and the gradients already resident, as ``M(b)`` counts them.
+
+Gradients stay allocated between steps (``zero_grad(set_to_none=False)``).
+With ``set_to_none=True`` (PyTorch's default) the backward pass allocates the
+gradients while it frees activations, so the peak is the largest of several
+lines in the batch (activations alone at small batches, gradients plus what is
+left of them later): a fit at small batches then finds a slope near zero and
+an intercept below parameters + gradients, a *negative* remainder, and plans
+batches far too large. Kept resident, the gradients are a constant and the peak
+grows linearly with the batch from the first samples on; the plan is at most
+one copy of the parameters more cautious than a ``set_to_none`` loop.
 
 Peak measurement
 ----------------
@@ -16,13 +26,16 @@ Peak measurement
   allocation and free of the CPU tensor allocator during the step (the input
   batch is created inside it); their running sum's maximum is the step's
   peak above what was resident before, to which the bytes of the resident
-  tensors (parameters, buffers, optimizer state) are added. A profiler range
+  tensors (parameters, gradients, buffers, optimizer state) are added. A profiler range
   around ``optimizer.step()`` splits the events into the two phases.
 
-:func:`measured_estimate` fits ``peak(b) = intercept + slope·b`` by least
-squares over two or more batches to the peak up to the end of the backward
-pass: ``M_act`` = slope, and the intercept minus parameters, gradients and
-optimizer state becomes ``fixed_bytes``. The peak while the optimizer steps
+:func:`measured_estimate` fits ``peak(b) = intercept + slope·b`` to the peak
+up to the end of the backward pass, through its two largest batches (the peak
+is a maximum of lines in ``b``, so convex: the last secant is the closest to
+the slope at the larger batches a plan extrapolates to): ``M_act`` = slope,
+and the intercept minus parameters, gradients and optimizer state becomes
+``fixed_bytes`` (framework buffers, transient weight-sized temporaries; never
+below 0, see :func:`fit_peaks`). The peak while the optimizer steps
 (activations freed; Adam's temporaries alive) does not depend on the batch
 and is kept as a floor, ``step_peak_bytes``: ``M(b) = max(linear, floor)``.
 """
@@ -48,7 +61,7 @@ class StepMeasurement:
     peak_bytes: float      # peak memory of the step, resident state included
     backward_peak_bytes: float  # peak until the end of backward (grows with the batch)
     optimizer_peak_bytes: float  # peak while the optimizer steps
-    resident_bytes: float  # parameters + buffers + optimizer state before the step
+    resident_bytes: float  # parameters + gradients + buffers + optimizer state before the step
     seconds: float | None  # wall time of an unprofiled step (None when not timed)
     device: str
     method: str
@@ -81,7 +94,8 @@ def _resident_bytes(module, opt) -> int:
     import torch
 
     state = [v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
-    return _tensor_bytes([*module.parameters(), *module.buffers(), *state])
+    grads = [p.grad for p in module.parameters() if p.grad is not None]
+    return _tensor_bytes([*module.parameters(), *grads, *module.buffers(), *state])
 
 
 def _cpu_peak(step) -> tuple[int, int]:
@@ -195,7 +209,7 @@ def measure_step(spec: str, batch: int, optimizer: str = "sgd", device: str = "c
     phases = {}
 
     def step(b=batch, mark_cuda=False):
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad(set_to_none=False)  # gradients stay resident (module docstring)
         loss = training_loss(module(*make_inputs(b)))
         loss.backward()
         del loss
@@ -205,7 +219,7 @@ def measure_step(spec: str, batch: int, optimizer: str = "sgd", device: str = "c
             torch.cuda.reset_peak_memory_stats()
         with torch.profiler.record_function(_STEP_MARK):
             opt.step()
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad(set_to_none=False)
 
     try:
         try:
@@ -244,6 +258,56 @@ def measure_step(spec: str, batch: int, optimizer: str = "sgd", device: str = "c
                            device, method)
 
 
+def fit_peaks(peaks: dict[int, float], state_bytes: float, model: str = "model") -> tuple[float, float, float]:
+    """``peak(b) = intercept + slope·b`` through the two largest batches of ``{batch: peak bytes}``.
+
+    The peak of a step is the largest, over the step's moments, of the bytes
+    alive then, each a line in ``b``: a convex function. Its last secant is
+    the closest to the slope at the larger batches a plan extrapolates to
+    (a least-squares line over smaller batches would be flatter), and its
+    intercept is at least what was alive at the line's moment regardless of
+    the batch, resident state included.
+
+    Parameters
+    ----------
+    peaks : dict
+        Two or more ``{batch: peak bytes}`` (resident state included).
+    state_bytes : float
+        Parameters + gradients + optimizer state: ``M_params·(2 + k_opt)``.
+    model : str
+        Named in messages.
+
+    Returns
+    -------
+    (slope, intercept, fixed)
+        ``fixed = max(0, intercept − state_bytes)``: an intercept below the
+        resident state is rounding between nearly equal peaks, not memory
+        given back; it is not reported as a negative component.
+
+    Raises
+    ------
+    DlschedError
+        Fewer than two batches, or a peak that does not grow with the batch.
+
+    Examples
+    --------
+    >>> fit_peaks({2: 1300.0, 4: 1500.0, 8: 1900.0}, state_bytes=1000)
+    (100.0, 1100.0, 100.0)
+    >>> fit_peaks({2: 1190.0, 4: 1390.0}, state_bytes=1000)   # intercept 990 < state: fixed 0
+    (100.0, 990.0, 0.0)
+    """
+    if len(peaks) < 2:
+        raise DlschedError(f"the measured estimate needs two or more distinct batch sizes, got {sorted(peaks)}")
+    (b1, m1), (b2, m2) = sorted(peaks.items())[-2:]
+    slope = (m2 - m1) / (b2 - b1)
+    if slope <= 0:
+        raise DlschedError(f"{model}: measured peak memory does not grow with the batch "
+                           f"({', '.join(f'{b}: {m:.0f} B' for b, m in sorted(peaks.items()))}); "
+                           "measure at larger, more distinct batch sizes")
+    intercept = m2 - slope * b2
+    return slope, intercept, max(0.0, intercept - state_bytes)
+
+
 def measured_estimate(spec: str, batches=(2, 4), optimizer: str = "sgd", device: str = "cpu",
                       time_steps: bool = False) -> tuple[MemoryEstimate, list[StepMeasurement]]:
     """Fit ``M(b)`` to the peak memory of real training steps at ``batches``.
@@ -262,9 +326,8 @@ def measured_estimate(spec: str, batches=(2, 4), optimizer: str = "sgd", device:
     Returns
     -------
     (MemoryEstimate, list of StepMeasurement)
-        ``estimate="measured"``: ``M_act`` = least-squares slope of peak vs
-        batch; ``param_bytes`` from the module's trainable parameters;
-        ``fixed_bytes`` = intercept − parameters·(2 + k_opt).
+        ``estimate="measured"``: ``M_act`` and ``fixed_bytes`` from
+        :func:`fit_peaks`; ``param_bytes`` from the module's trainable parameters.
 
     Raises
     ------
@@ -280,19 +343,11 @@ def measured_estimate(spec: str, batches=(2, 4), optimizer: str = "sgd", device:
     module, _, _ = call_factory(spec, 1)
     param_bytes = float(sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad))
     del module
-    n = len(points)
-    mean_b = sum(p.batch for p in points) / n
-    mean_m = sum(p.backward_peak_bytes for p in points) / n
-    sxx = sum((p.batch - mean_b) ** 2 for p in points)
-    slope = sum((p.batch - mean_b) * (p.backward_peak_bytes - mean_m) for p in points) / sxx
-    intercept = mean_m - slope * mean_b
-    if slope <= 0:
-        raise DlschedError(f"{spec}: measured peak memory does not grow with the batch ({', '.join(f'{p.batch}: {p.backward_peak_bytes:.0f} B' for p in points)}); "
-                           "measure at larger, more distinct batch sizes")
+    slope, intercept, fixed = fit_peaks({p.batch: p.backward_peak_bytes for p in points},
+                                        param_bytes * (2 + optimizer_copies(optimizer)), spec)
     est = MemoryEstimate(
         model=spec, estimate="measured", optimizer=optimizer.lower(), param_bytes=param_bytes,
-        activation_bytes_per_sample=slope, workspace_bytes_per_sample=0.0,
-        fixed_bytes=intercept - param_bytes * (2 + optimizer_copies(optimizer)),
+        activation_bytes_per_sample=slope, workspace_bytes_per_sample=0.0, fixed_bytes=fixed,
         step_peak_bytes=max(p.optimizer_peak_bytes for p in points),
         details={"device": device, "method": points[0].method, "torch": torch.__version__,
                  "points": [{"batch": p.batch, "peak": p.peak_bytes, "backward_peak": p.backward_peak_bytes,

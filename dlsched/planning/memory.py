@@ -7,7 +7,9 @@ The model (paper ``003_*`` §3.1.3, equations 2–5, generalised to any DAG):
 with parameters, their gradients and ``k_opt`` optimizer state copies (SGD 0,
 momentum 1, Adam 2), ``M_act`` the activation bytes kept per sample for the
 backward pass, ``M_work`` the per-sample workspace and ``M_fixed`` a constant
-(zero for the static estimate; the measured fit's leftover intercept).
+(static: the largest parameter, whose gradient the backward computes into a
+fresh buffer before adding it to the resident one; measured: the fit's
+intercept left after the parameter state).
 
 Two estimates produce a :class:`MemoryEstimate`:
 
@@ -28,11 +30,14 @@ Examples
 from __future__ import annotations
 
 import math
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 
+import networkx as nx
+
 from dlsched.dag import COMPUTE, RECV, Graph, dtype_size
-from dlsched.errors import DlschedError
+from dlsched.errors import DlschedError, DlschedWarning
 
 OPTIMIZER_STATE_COPIES = {"sgd": 0, "momentum": 1, "adam": 2}
 PARAMETER_DTYPES = frozenset({"float64", "double", "float32", "float", "float16", "half", "bfloat16",
@@ -91,16 +96,21 @@ class MemoryEstimate:
         sample, the transient gradient buffer of the biggest layer during
         backward; measured: 0, the slope already includes it).
     fixed_bytes : float
-        A constant term: 0 for static; for measured, the fit's intercept minus
-        the parameter, gradient and optimizer bytes (framework buffers,
-        allocator slack; it can be negative when gradients are allocated only
-        as activations are freed).
+        A constant term: for static, the largest parameter (its gradient's
+        fresh buffer); for measured, the fit's intercept minus the parameter,
+        gradient and optimizer bytes (framework buffers, transient
+        temporaries; see :func:`dlsched.planning.measure.fit_peaks`).
     step_peak_bytes : float
         Measured only: the peak while the optimizer steps (activations freed,
         optimizer temporaries such as Adam's alive). It does not grow with the
         batch, so ``M(b)`` is the larger of the linear model and this floor.
     details : dict
         How the figures were obtained (reference batch, counts, fit points).
+
+    Raises
+    ------
+    DlschedError
+        A negative or non-finite component: each one is memory held.
     """
 
     model: str
@@ -112,6 +122,14 @@ class MemoryEstimate:
     fixed_bytes: float = 0.0
     step_peak_bytes: float = 0.0
     details: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        for name in ("param_bytes", "activation_bytes_per_sample", "workspace_bytes_per_sample", "fixed_bytes",
+                     "step_peak_bytes"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise DlschedError(f"the {self.estimate} memory estimate of {self.model!r}: {name} must be a "
+                                   f"finite number of bytes ≥ 0, got {value!r}")
 
     @property
     def optimizer_state_bytes(self) -> float:
@@ -173,7 +191,7 @@ class MemoryEstimate:
              else "slope of measured peak vs batch"),
             (f"activations at batch {batch}", batch * self.activation_bytes_per_sample, ""),
             (f"workspace at batch {batch}", batch * self.workspace_bytes_per_sample + self.fixed_bytes,
-             "largest forward output per sample × batch" if self.estimate == "static"
+             "largest forward output per sample × batch + largest parameter" if self.estimate == "static"
              else "measured intercept minus parameter state"),
             (f"total at batch {batch}", self.total(batch), f"{self.estimate} estimate"),
         ]
@@ -222,26 +240,146 @@ def _output_bytes(op) -> int | None:
     return total
 
 
+def _floating(op) -> bool:
+    """``op``'s first output is floating point (or of unknown dtype); shape arithmetic is not."""
+    return not op.dtypes or str(op.dtypes[0]).replace("torch.", "").startswith(("float", "bfloat", "half", "double"))
+
+
+def _unknown_batch(op) -> bool:
+    """``op``'s first output is a floating-point tensor of rank ≥ 2 whose first dimension is unknown."""
+    shape = (op.output_shapes or [None])[0]
+    return bool(shape) and len(shape) >= 2 and shape[0] is None and _floating(op)
+
+
+def _symbolic_batch_error(graph: Graph, count: int) -> DlschedError:
+    return DlschedError(
+        f"model {graph.name!r} has a symbolic batch dimension: {count} of its forward tensors have no batch size, "
+        "so their memory cannot be counted (a plan would treat them as empty and answer an absurd batch). "
+        "Pass --batch N to import it at a fixed batch; the plan scales linearly from it, so N=1 will do.")
+
+
 def graph_batch(graph: Graph) -> int:
     """The batch size a graph was imported at.
 
     Taken from ``graph.source["batch"]`` when the importer recorded it, else the
-    most common leading dimension of the forward compute outputs.
+    most common leading dimension of the forward floating-point outputs of
+    rank ≥ 2 (shape arithmetic such as ``Shape → [3]`` is not a batch).
 
     Raises
     ------
     DlschedError
-        When neither is available.
+        When neither is available, or the batch dimension is symbolic
+        (unknown leading dimensions): the message asks for ``--batch``.
+
+    Examples
+    --------
+    >>> from dlsched.dag import COMPUTE, Graph
+    >>> g = Graph("m", "training")
+    >>> _ = g.add_op("conv", COMPUTE, output_shapes=[[None, 64, 56, 56]], dtypes=["float32"])
+    >>> graph_batch(g)
+    Traceback (most recent call last):
+    ...
+    dlsched.errors.DlschedError: model 'm' has a symbolic batch dimension: 1 of its forward tensors have no batch size, so their memory cannot be counted (a plan would treat them as empty and answer an absurd batch). Pass --batch N to import it at a fixed batch; the plan scales linearly from it, so N=1 will do.
     """
     b = graph.source.get("batch") if graph.source else None
     if b:
         return int(b)
-    lead = Counter(int(s[0]) for op in graph.compute_ops() if op.phase == "forward"
-                   for s in (op.output_shapes or [])[:1] if s and s[0] is not None)
+    forward = [op for op in graph.compute_ops() if op.phase == "forward"]
+    symbolic = sum(_unknown_batch(op) for op in forward)
+    if symbolic:
+        raise _symbolic_batch_error(graph, symbolic)
+    lead = Counter(int(s[0]) for op in forward for s in (op.output_shapes or [])[:1]
+                   if s and len(s) >= 2 and s[0] is not None and _floating(op))
     if not lead:
         raise DlschedError(f"model {graph.name!r}: cannot tell the graph's batch size (no output shapes and no "
                            "recorded batch); pass --batch")
     return lead.most_common(1)[0][0]
+
+
+# A backward that only mirrors the forward (the ONNX importer's ``f/grad``, marked
+# ``attrs["forward"] = f``) says when it runs, not what it reads. What autograd keeps
+# for the backward of each op type: "self", each input that needs a gradient (the
+# derivative of a nonlinear op reads its input); "cross", each input when another
+# input needs a gradient (a product's derivative in one factor is the other
+# factor; ``x·c`` for a constant ``c`` keeps nothing of ``x``); "output" (ReLU,
+# softmax); "self+output"; or "none" (sums, copies, shape changes). Unlisted
+# types keep their output, which is what the mirror edge alone would say.
+MIRROR_SAVES = {
+    **dict.fromkeys(("Conv", "ConvTranspose", "MatMul", "Gemm", "Mul", "Div", "Einsum"), "cross"),
+    **dict.fromkeys(("Erf", "Log", "Pow", "Gelu", "BatchNormalization", "LayerNormalization", "InstanceNormalization",
+                     "GroupNormalization", "MaxPool", "LeakyRelu", "PRelu", "Selu", "Softplus", "HardSigmoid",
+                     "HardSwish", "Sin", "Cos", "Tan", "Atan", "Abs", "Clip", "Max", "Min", "LpNormalization",
+                     "ReduceL2", "LRN", "Mish"), "self"),
+    **dict.fromkeys(("Relu", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Exp", "Sqrt", "Elu", "Reciprocal"),
+                    "output"),
+    **dict.fromkeys(("ReduceMax", "ReduceMin", "ReduceProd"), "self+output"),
+    **dict.fromkeys(("Add", "Sub", "Neg", "Sum", "Concat", "Split", "Slice", "Gather", "Pad", "Expand", "Tile",
+                     "Cast", "Where", "Equal", "Shape", "Constant", "ConstantOfShape", "Range", "ReduceMean",
+                     "ReduceSum", "GlobalAveragePool", "AveragePool", "Dropout", "Identity", "Reshape", "Transpose",
+                     "Flatten", "Squeeze", "Unsqueeze"), "none"),
+}
+
+
+# Exporters spell GELU (``0.5·x·(1 + erf(x/√2))``, or its tanh form) and SiLU
+# (``x·sigmoid(x)``) as chains of these elementwise ops; PyTorch runs each as one
+# kernel that keeps its input only, and ONNX runtimes fuse them back.
+ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Erf", "Tanh", "Sigmoid", "Sqrt", "Neg", "Reciprocal"})
+ACTIVATION_CORES = frozenset({"Erf", "Tanh", "Sigmoid"})
+
+
+def _decomposed_activations(graph: Graph, ops: dict) -> dict[str, list[str]]:
+    """Interior ops of decomposed activations → the activation's inputs.
+
+    A region joins elementwise forward ops through outputs that only
+    elementwise ops read; one holding an ``Erf``, ``Tanh`` or ``Sigmoid`` is
+    an activation, run as one kernel: its interior outputs are not kept, its
+    inputs are kept instead. Its output (read by a non-elementwise op) is not
+    interior.
+    """
+    forward = {n for n, op in ops.items() if op.kind == COMPUTE and op.phase == "forward"}
+    elem = {n for n in forward if _base_type(ops[n].op_type) in ELEMENTWISE}
+    readers = {n: [s for s in graph.successors(n) if s in forward] for n in elem}
+    interior = {n for n in elem if readers[n] and all(s in elem for s in readers[n])}
+    parent = {n: n for n in elem}
+
+    def find(n):
+        while parent[n] != n:
+            parent[n] = parent[parent[n]]
+            n = parent[n]
+        return n
+
+    for n in interior:
+        for s in readers[n]:
+            parent[find(s)] = find(n)
+    regions: dict[str, list[str]] = {}
+    for n in sorted(elem, key=lambda n: ops[n].index):
+        regions.setdefault(find(n), []).append(n)
+    out = {}
+    for members in regions.values():
+        if not any(_base_type(ops[m].op_type) in ACTIVATION_CORES for m in members):
+            continue
+        inside = set(members)
+        inputs = sorted({p for m in members for p in graph.predecessors(m) if p in forward and p not in inside},
+                        key=lambda n: ops[n].index)
+        out.update((m, inputs) for m in members if m in interior)
+    return out
+
+
+def _mirror_keeps(graph: Graph, ops: dict, op, needs_grad: set, fused: dict) -> list:
+    """What a mirrored backward keeps for forward ``op`` (:data:`MIRROR_SAVES`, fused activations)."""
+    rule = MIRROR_SAVES.get(_base_type(op.op_type), "output")
+    preds = [ops[p] for p in graph.predecessors(op.name)]
+    keep = [op] if rule in ("output", "self+output") else []
+    for p in preds:
+        if p.kind != COMPUTE or p.phase != "forward":
+            continue
+        if (rule in ("self", "self+output") and p.name in needs_grad) or (
+                rule == "cross" and any(q.name in needs_grad for q in preds if q is not p)):
+            keep.append(p)
+    out = []
+    for t in keep:  # inside a fused activation: its inputs instead
+        out += [ops[n] for n in fused[t.name] if n in needs_grad] if t.name in fused else [t]
+    return out
 
 
 def saved_activations(graph: Graph) -> tuple[dict[str, int], list[str]]:
@@ -250,13 +388,33 @@ def saved_activations(graph: Graph) -> tuple[dict[str, int], list[str]]:
     Liveness rule: a forward compute op whose output has a backward consumer
     is kept from the forward pass to the backward pass. A view (``VIEW_OPS``)
     aliases its input, so the op owning the storage is counted, once; views of
-    parameters (a recv) are parameter memory, not activations.
+    parameters (a recv) are parameter memory, not activations. A mirrored
+    backward op (``attrs["forward"]`` names its forward op) reads what
+    :data:`MIRROR_SAVES` says autograd keeps for that op type: some of its
+    forward inputs, its output, both or nothing; an input counts only when
+    a gradient flows where the rule needs it (it depends on a parameter). A
+    decomposed activation (GELU, SiLU: :data:`ELEMENTWISE` ops around an
+    ``Erf``, ``Tanh`` or ``Sigmoid``) keeps its inputs, as its one kernel does.
 
     Returns
     -------
     (dict, list)
         ``{owner op name: output bytes}`` and the names of saved ops whose
-        output shape is unknown (not counted).
+        output shape is unknown (not counted), each once.
+
+    Examples
+    --------
+    >>> from dlsched.dag import COMPUTE, Graph
+    >>> g = Graph("m", "training", {"batch": 2})
+    >>> _ = g.add_op("w", RECV, bytes=64, params=16, shape=[4, 4])
+    >>> for name, kind in [("conv", "Conv"), ("relu", "Relu"), ("conv2", "Conv"), ("add", "Add")]:
+    ...     _ = g.add_op(name, COMPUTE, op_type=kind, output_shapes=[[2, 4]], dtypes=["float32"])
+    ...     _ = g.add_op(name + "/grad", COMPUTE, op_type="Grad", phase="backward", attrs={"forward": name})
+    ...     g.add_edge(name, name + "/grad")
+    >>> for u, v in [("w", "conv"), ("conv", "relu"), ("relu", "conv2"), ("w", "conv2"), ("conv2", "add")]:
+    ...     g.add_edge(u, v)
+    >>> saved_activations(g)   # Relu keeps its output (conv2's input too), Add and Conv's outputs nothing
+    ({'relu': 32}, [])
     """
     ops = {op.name: op for op in graph.ops()}
 
@@ -275,22 +433,41 @@ def saved_activations(graph: Graph) -> tuple[dict[str, int], list[str]]:
             op = first
         return op
 
+    needs_grad: set[str] = set()  # recvs, and forward ops downstream of one
+    fused = None  # decomposed activations, found on the first mirrored op
+
+    def kept(op):
+        """The forward ops whose outputs the backward keeps because of ``op``."""
+        nonlocal fused
+        readers = [ops[s] for s in graph.successors(op.name) if ops[s].kind == COMPUTE
+                   and ops[s].phase == "backward"]
+        if any(r.attrs.get("forward") != op.name for r in readers):
+            return [op]  # a real backward op reads this output
+        if not readers:
+            return []
+        if fused is None:
+            fused = _decomposed_activations(graph, ops)
+        return _mirror_keeps(graph, ops, op, needs_grad, fused)
+
     saved: dict[str, int] = {}
-    unknown: list[str] = []
-    for op in graph.compute_ops():
-        if op.phase != "forward":
+    unknown: dict[str, None] = {}
+    for name in nx.topological_sort(graph.nx):
+        op = ops[name]
+        if op.kind == RECV or (op.kind == COMPUTE and op.phase == "forward" and _floating(op)
+                               and any(p in needs_grad for p in graph.predecessors(name))):
+            needs_grad.add(name)
+        if op.kind != COMPUTE or op.phase != "forward":
             continue
-        if not any(ops[s].kind == COMPUTE and ops[s].phase == "backward" for s in graph.successors(op.name)):
-            continue
-        root = owner(op)
-        if root is None or root.name in saved:
-            continue
-        n = _output_bytes(root)
-        if n is None:
-            unknown.append(root.name)
-            continue
-        saved[root.name] = n
-    return saved, unknown
+        for keep in kept(op):
+            root = owner(keep)
+            if root is None or root.name in saved or root.name in unknown:
+                continue
+            n = _output_bytes(root)
+            if n is None:
+                unknown[root.name] = None
+                continue
+            saved[root.name] = n
+    return saved, list(unknown)
 
 
 def static_estimate(graph: Graph, optimizer: str = "sgd", dtype: str | None = None,
@@ -316,7 +493,9 @@ def static_estimate(graph: Graph, optimizer: str = "sgd", dtype: str | None = No
         of forward outputs read by a backward op (:func:`saved_activations`)
         / batch; workspace per sample = the largest single forward output with
         a leading batch dimension, per sample (the gradient of the largest activation is alive while the
-        backward of its layer runs).
+        backward of its layer runs); ``fixed_bytes`` = the largest parameter
+        (its gradient is computed into a fresh buffer, then added to the
+        resident gradients: VGG-16's first classifier weight, 392 MiB).
 
     Raises
     ------
@@ -339,11 +518,14 @@ def static_estimate(graph: Graph, optimizer: str = "sgd", dtype: str | None = No
         raise DlschedError(f"model {graph.name!r} is not a training graph (mode {graph.mode!r}, "
                            f"{len(backward)} backward ops); the static memory estimate needs forward and backward")
     b = batch or graph_batch(graph)
-    if dtype is not None:
-        param_bytes = float(sum(op.params for op in graph.recvs()) * dtype_size(dtype))
-    else:
-        param_bytes = float(sum(op.bytes for op in graph.recvs()))
+    sizes = [op.params * dtype_size(dtype) if dtype is not None else op.bytes for op in graph.recvs()]
+    param_bytes = float(sum(sizes))
     saved, unknown = saved_activations(graph)
+    # No batch fixed at import (a batch given for a saved DAG does not change its shapes): the unknown
+    # leading dimensions are the batch. With one fixed, they are shapes inference lost (a warning below).
+    symbolic = [] if (graph.source or {}).get("batch") else [n for n in unknown if _unknown_batch(graph.op(n))]
+    if symbolic:
+        raise _symbolic_batch_error(graph, len(symbolic))
     largest = 0
     for op in graph.compute_ops():
         # per-sample tensors only: a leading batch dimension (parameter views like t(weight) are not)
@@ -354,10 +536,15 @@ def static_estimate(graph: Graph, optimizer: str = "sgd", dtype: str | None = No
     if not saved and unknown:
         raise DlschedError(f"model {graph.name!r}: no output shapes on the {len(unknown)} forward ops the backward "
                            "reads; cannot estimate activation memory statically (try --measure)")
+    if unknown:
+        warnings.warn(DlschedWarning(
+            f"model {graph.name!r}: {len(unknown)} of the {len(saved) + len(unknown)} tensors the backward keeps "
+            f"have unknown shapes and are not counted (e.g. {', '.join(unknown[:3])}); the static activation "
+            "memory is low by their size (--measure counts them)"))
     return MemoryEstimate(
         model=graph.name, estimate="static", optimizer=optimizer.lower(), param_bytes=param_bytes,
         activation_bytes_per_sample=sum(saved.values()) / b,
-        workspace_bytes_per_sample=largest / b,
+        workspace_bytes_per_sample=largest / b, fixed_bytes=float(max(sizes, default=0)),
         details={"reference_batch": b, "saved_tensors": len(saved), "unknown_shapes": len(unknown),
                  "parameter_dtype": dtype or "as imported"},
     )
