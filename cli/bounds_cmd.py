@@ -15,7 +15,7 @@ from .common import (console, duration_option, emit_json, exclusive, fmt_seconds
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
               help="A measured Chrome trace (JSON); its span of complete events is the makespan.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
-def bounds(oracle, default_time, makespan, trace_path, as_json, **model_kw):
+def bounds(oracle, default_time, rescale_batch, makespan, trace_path, as_json, **model_kw):
     """Makespan bounds of MODEL under a time oracle (TicTac §3.2).
 
     U runs every op one after another; L keeps the busiest resource always
@@ -32,7 +32,7 @@ def bounds(oracle, default_time, makespan, trace_path, as_json, **model_kw):
 
     exclusive(makespan=makespan, trace=trace_path)
     graph = load_graph(**model_kw)
-    times = load_times(oracle, graph, default_time)
+    times = load_times(oracle, graph, default_time, rescale_batch=rescale_batch)
     b, dep = compute_bounds(graph, times), dependency_bound(graph, times)
     if trace_path:
         makespan = trace_makespan(trace_path)

@@ -235,8 +235,11 @@ def duration_option(ctx, param, value):
 
 
 def oracle_options(required: bool = True, oracle_help: str = "Time oracle file (CSV or Parquet: op, time in seconds)."):
-    """--oracle and --default-time, shared by the analyses."""
+    """--oracle, --default-time and --rescale-batch, shared by the analyses."""
     def decorate(fn):
+        fn = click.option("--rescale-batch", is_flag=True,
+                          help="Use an oracle profiled at another batch than MODEL's, its compute times scaled "
+                               "linearly in batch (otherwise it is refused).")(fn)
         fn = click.option("--default-time", callback=duration_option, default=None,
                           help="Time for ops the oracle lacks, e.g. 1us (otherwise they are an error).")(fn)
         return click.option("--oracle", required=required, type=click.Path(dir_okay=False), default=None,

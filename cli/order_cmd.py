@@ -28,7 +28,7 @@ SHOWN = 10  # transfers listed in the summary table
               help="json (versioned, with the model fingerprint) or tictac (name<TAB>priority lines).")
 @max_work_option(limits.EXACT)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
-def order(algo, oracle, default_time, seed, time_limit, output, fmt, max_work, as_json, **model_kw):
+def order(algo, oracle, default_time, rescale_batch, seed, time_limit, output, fmt, max_work, as_json, **model_kw):
     """Write a priority file for MODEL's parameter transfers (TicTac §4).
 
     With --oracle, also simulates one iteration under the order and under an
@@ -47,7 +47,7 @@ def order(algo, oracle, default_time, seed, time_limit, output, fmt, max_work, a
     if oracle is not None:
         from dlsched.exporters.oracle_file import load_times
 
-        times = load_times(oracle, graph, default_time)
+        times = load_times(oracle, graph, default_time, rescale_batch=rescale_batch)
     report = order_report(graph, algo, times, seed, time_limit, max_work, reporter=progress)
     write_priority_file(report.priority_file, output, fmt)  # atomic; an unwritable path is an OutputError (exit 2)
     out = report.to_dict(output, fmt)

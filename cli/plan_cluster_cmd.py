@@ -40,8 +40,9 @@ from .common import (BANDWIDTH, BYTES, FRACTION, NONNEG_FLOAT, POSITIVE_DURATION
               help="Lemma 3.2: T_C, one round of computation on a worker, e.g. 0.5s.")
 @max_work_option(limits.CLUSTER_TABLE)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
-def plan_cluster(oracle, default_time, algo, trace_path, overhead_ratio, target_speedup, max_devices, devices,
-                 target_efficiency, param_bytes, workers, bandwidth, compute_time, max_work, as_json, **model_kw):
+def plan_cluster(oracle, default_time, rescale_batch, algo, trace_path, overhead_ratio, target_speedup, max_devices,
+                 devices, target_efficiency, param_bytes, workers, bandwidth, compute_time, max_work, as_json,
+                 **model_kw):
     """Efficiency and speedup by device count, devices needed for a target
     speedup, the largest overhead ratio for a target efficiency, and parameter
     servers needed to hide transfers (paper 003, Lemmas 3.1 and 3.2).
@@ -62,7 +63,7 @@ def plan_cluster(oracle, default_time, algo, trace_path, overhead_ratio, target_
         if oracle is None:
             raise click.UsageError("MODEL needs --oracle: the time oracle that gives T_C and R_O")
         graph = load_graph(**model_kw)
-        times = load_times(oracle, graph, default_time)
+        times = load_times(oracle, graph, default_time, rescale_batch=rescale_batch)
     plan = answer(overhead_ratio, target_speedup, max_devices, param_bytes, workers, bandwidth, compute_time, max_work,
                   devices, target_efficiency, graph, times, algo, trace_path)
     if as_json:

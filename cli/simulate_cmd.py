@@ -34,8 +34,8 @@ from .common import (NONNEG_FLOAT, POSITIVE_INT, SEED, column_table, console, em
 @click.option("--compare", default=None, help="Orders to compare side by side, e.g. tic,tac,random,topo.")
 @max_work_option(limits.SIMULATE, limits.EXACT)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
-def simulate(oracle, default_time, priority_path, algo, workers, iterations, seed, jitter, sharing, time_limit,
-             trace_out, plot, color_by, compare, max_work, as_json, **model_kw):
+def simulate(oracle, default_time, rescale_batch, priority_path, algo, workers, iterations, seed, jitter, sharing,
+             time_limit, trace_out, plot, color_by, compare, max_work, as_json, **model_kw):
     """Simulate MODEL's iterations under a transfer order (DESIGN §4.6).
 
     Prints the makespan and scheduling efficiency E; with several workers or
@@ -57,7 +57,7 @@ def simulate(oracle, default_time, priority_path, algo, workers, iterations, see
         raise click.BadParameter(str(e), param_hint="--compare") from None
     check_simulate_work(None, workers, iterations, compare, max_work)  # absurd options, before the model loads
     graph = load_graph(**model_kw)
-    times = load_times(oracle, graph, default_time)
+    times = load_times(oracle, graph, default_time, rescale_batch=rescale_batch)
     given = read_priority_file(priority_path, graph) if priority_path else None
     report = simulate_report(graph, times, algo or "unordered", given, compare, workers, iterations, seed, jitter,
                              sharing, time_limit, max_work, keep_timeline=bool(trace_out or plot), reporter=progress)

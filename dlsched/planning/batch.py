@@ -77,11 +77,12 @@ def oracle_compute_seconds(path, graph=None) -> float:
     """Σ compute-op time of a time-oracle file: one step at the batch it was profiled at.
 
     With ``graph``, the oracle is mapped onto the model by
-    :func:`~dlsched.exporters.oracle_file.load_times` and the model's compute ops
-    are summed; an op the oracle lacks counts 0 s (as a file that times only the
-    compute ops should). Without a graph (a measured PyTorch factory), the rows
-    on a ``compute`` resource are summed, or every row when the file has no
-    ``resource`` column.
+    :func:`~dlsched.exporters.oracle_file.load_times` (which refuses one made in
+    another mode; its batch may differ, the time curve scales it) and the
+    model's compute ops are summed; an op the oracle lacks counts 0 s (as a
+    file that times only the compute ops should). Without a graph (a measured
+    PyTorch factory), the rows on a ``compute`` resource are summed, or every
+    row when the file has no ``resource`` column.
 
     Raises
     ------
@@ -106,7 +107,7 @@ def oracle_compute_seconds(path, graph=None) -> float:
     from dlsched.exporters.oracle_file import load_times, read_oracle
 
     if graph is not None:
-        times = load_times(path, graph, default_time=0.0)
+        times = load_times(path, graph, default_time=0.0, any_batch=True)
         total = float(pd.Series([times[op.name] for op in graph.compute_ops()], dtype=float).sum())
     else:
         df = read_oracle(path)
@@ -119,8 +120,9 @@ def oracle_compute_seconds(path, graph=None) -> float:
     return total
 
 
-def profiled_batch(batch: int | None, graph=None, unknown: str = "pass --batch") -> int:
-    """The batch an oracle was profiled at: ``batch``, else the graph's (:func:`~dlsched.planning.memory.graph_batch`).
+def profiled_batch(batch: int | None, graph=None, unknown: str = "pass --batch", oracle=None) -> int:
+    """The batch an oracle was profiled at: the one the ``oracle`` file records, else ``batch``, else the graph's
+    (:func:`~dlsched.planning.memory.graph_batch`).
 
     Raises
     ------
@@ -136,9 +138,12 @@ def profiled_batch(batch: int | None, graph=None, unknown: str = "pass --batch")
     ...
     dlsched.errors.DlschedError: --oracle needs --batch
     """
+    from dlsched.exporters.oracle_file import oracle_batch
+
     from .memory import graph_batch
 
-    at = batch or (graph_batch(graph) if graph is not None else None)
+    at = (oracle_batch(oracle) if oracle is not None else None) or batch
+    at = at or (graph_batch(graph) if graph is not None else None)
     if at is None:
         raise DlschedError(unknown)
     return at

@@ -129,9 +129,9 @@ def _memory_model(model, optimizer, dtype, measure_batches, device, batch, buffe
 def _reference(oracle, graph, batch, points, device) -> batchplan.TimeReference:
     """``t_ref(b)`` from the oracle, else the measured steps, else the unit curve."""
     if oracle:
-        # no graph means --measure, where nothing tells the batch the oracle was profiled at
+        # the batch the oracle records; an older oracle with --measure (no graph) needs --batch to tell it
         at = batchplan.profiled_batch(batch, graph, "--oracle with --measure needs --batch: the batch the oracle was "
-                                      "profiled at")
+                                      "profiled at", oracle=oracle)
         return batchplan.TimeReference(batchplan.oracle_time_curve(oracle, graph, at), True, "s",
                                        f"oracle {oracle} at batch {at}")
     if points:
@@ -147,7 +147,7 @@ def _exposed_transfers(oracle: str, graph) -> float:
 
     from .cluster_inputs import lemma_inputs
 
-    inputs = lemma_inputs(graph, load_times(oracle, graph, 0.0))
+    inputs = lemma_inputs(graph, load_times(oracle, graph, 0.0, any_batch=True))
     return max(0.0, inputs.makespan - inputs.compute_time)
 
 

@@ -273,7 +273,7 @@ def worker_specs(workers, estimate, margin: float, reference: batchplan.TimeRefe
         cap = estimate.largest_batch(w.memory, margin)
         if w.oracle is not None:
             at = batchplan.profiled_batch(batch, graph, f"worker {w.name}: an oracle per worker needs --batch (the "
-                                          "batch it was profiled at)")
+                                          "batch it was profiled at)", oracle=w.oracle)
             curve = batchplan.oracle_time_curve(w.oracle, graph, at)
             # relative speed against the reference curve, when there is one in seconds
             speed = reference.curve(1) / curve(1) if reference.unit == "s" and curve(1) > 0 else float("nan")

@@ -23,9 +23,14 @@ import numbers
 from typing import Any, Iterable
 
 from dlsched.dag import Op
+from dlsched.errors import DlschedError
 
 COLUMNS = ("op", "time", "runs", "median", "op_type", "resource", "source")
 SOURCES = ("profiled", "network-model", "trace", "analytic", "default")
+# What the times were measured at: the batch the model ran at, its mode, the device, the intra-op threads and the
+# dlsched that wrote them. The same value on every row, so that a CSV stays one plain table and the record travels
+# with the file in both formats; absent from older and hand-written oracles.
+META_COLUMNS = ("batch", "mode", "device", "threads", "dlsched_version")
 # A day per op is already absurd; far larger times overflow the sums that bounds and simulation take.
 MAX_OP_SECONDS = 86_400.0
 
@@ -34,6 +39,12 @@ def is_valid_time(t: Any) -> bool:
     """Seconds an op can take: a finite number in ``[0, MAX_OP_SECONDS]``, not a bool."""
     # numbers.Real also admits numpy scalars (a CSV's integer column reads as int64).
     return isinstance(t, numbers.Real) and not isinstance(t, bool) and math.isfinite(t) and 0 <= t <= MAX_OP_SECONDS
+
+
+def check_threads(threads: Any) -> None:
+    """Refuse an intra-op thread count a profiler cannot use (``--threads``): it must be a whole number ≥ 1."""
+    if isinstance(threads, bool) or not isinstance(threads, numbers.Integral) or threads < 1:
+        raise DlschedError(f"--threads must be a whole number of at least 1, got {threads!r}")
 
 
 def oracle_row(op: Op, time: float, *, runs: int, source: str, median: float | None = None, **extra: Any) -> dict:
