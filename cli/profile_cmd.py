@@ -30,6 +30,9 @@ from .common import (BANDWIDTH, DURATION, NONNEG_INT, POSITIVE_INT, FiniteFloat,
 @click.option("--runs", type=POSITIVE_INT, default=5, show_default=True,
               help="Timed runs per op (the minimum is kept, the median stored).")
 @click.option("--warmup", type=NONNEG_INT, default=1, show_default=True, help="Untimed runs first.")
+@click.option("--threads", type=POSITIVE_INT, default=1, show_default=True,
+              help="Intra-op threads of the framework (recorded in the oracle). 1: on a shared machine more threads "
+                   "make op times depend on its other load; give the cores a worker will own to time ops as it runs.")
 # No click default: unset, the link is --device-spec's with --analytic, else dlsched.profiling.network's default.
 @click.option("--bandwidth", type=BANDWIDTH, default=None,
               help="Link bandwidth for transfers: bps/Kbps/Mbps/Gbps, B/s, MB/s, MiB/s …  [default: 10Gbps]")
@@ -54,11 +57,12 @@ def profile(output, as_json, **options):
     """Build MODEL's time oracle: Time(op) for every op, written to -o.
 
     Compute ops run on --device with the framework's profiler (warm-up, then
-    --runs runs; minimum kept, median stored), or come from --from-trace.
-    Transfers (recv/send) cost latency + bytes/bandwidth. Ops that cannot be
-    timed are listed with the reason; the oracle is written anyway, and the
-    analyses then need --default-time (or pass it here). More than --max-work
-    op runs (compute ops × (runs + warm-up)) are refused before anything runs.
+    --runs runs; minimum kept, median stored; ops whose runs varied are named),
+    or come from --from-trace; transfers cost latency + bytes/bandwidth. The
+    oracle records its batch, mode, device and threads: analyses refuse it at
+    another. Ops that cannot be timed are listed with why; the analyses then
+    need --default-time (or pass it here). More than --max-work op runs
+    (compute ops × (runs + warm-up)) are refused before anything runs.
     """
     from dlsched.exporters.oracle_file import write_oracle
     from dlsched.profiling.profile_run import profile_model
@@ -66,7 +70,7 @@ def profile(output, as_json, **options):
     # The options are profile_model's parameters, by name.
     built = profile_model(**options, load=load_graph, say=None if as_json else err_console.print,
                           progress=functools.partial(progress, unit="runs"))
-    write_oracle(built.result.frame, output)
+    write_oracle(built.result.frame, output, meta=built.meta())
     info = {"output": str(output), **built.to_dict()}
     if as_json:
         emit_json(info)
@@ -85,7 +89,11 @@ def _print_report(info: dict, res, graph) -> None:
     console.print(column_table(f"slowest ops of {graph.name} ({graph.mode})", ("op", "type", "time", "source"),
                                slowest, left=("op", "type", "source")))
     src, fused, tr = info["network"]["source"], info["fused"], info.get("trace")
-    rows = [("compute ops timed", f"{info['timed']:,} of {info['compute_ops']:,}")]
+    rows = [("batch", f"{info['batch'] or 'unknown'}{' (picked: symbolic)' if info['batch_picked'] else ''}"),
+            ("compute ops timed", f"{info['timed']:,} of {info['compute_ops']:,}")]
+    rows += [("intra-op threads", str(info["threads"]))] if info["threads"] else []
+    if info["run_spread"] is not None:  # Σ median over Σ minimum: how much slower a typical run was
+        rows.append(("spread between runs", f"median {info['run_spread']:+.0%} over the best"))
     if fused:
         rows.append(("fused into another op's kernel", f"{len(fused):,} (time 0, listed below)"))
     rows += [("total compute time", fmt_seconds(info["total_compute_time"])),

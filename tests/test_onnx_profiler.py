@@ -15,10 +15,12 @@ from dlsched.profiling.schema import COLUMNS
 
 
 def _plain_wall(path, feeds, runs=5):
-    """Median wall time of ``runs`` session.run calls, same configuration but no profiling."""
+    """Median wall time of ``runs`` session.run calls, same configuration (one intra-op thread, as the profiler's
+    default) but no profiling."""
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 3
+    so.intra_op_num_threads, so.inter_op_num_threads = 1, 1
     sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
     sess.run(None, feeds)
     walls = []

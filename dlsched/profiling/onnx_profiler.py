@@ -2,7 +2,8 @@
 
 The model runs in an onnxruntime ``InferenceSession`` with per-node profiling
 on and graph optimisations off (``ORT_DISABLE_ALL``), so every ONNX node stays
-its own kernel and keeps its name. After ``warmup`` runs, ``runs`` runs are
+its own kernel and keeps its name; it has ``threads`` intra-op threads (1 by
+default) and one inter-op thread. After ``warmup`` runs, ``runs`` runs are
 timed; each node's ``<node>_kernel_time`` events (category ``Node``) are
 assigned to the ``model_run`` that contains them, summed per run, and reduced
 to the minimum (the oracle time) and the median over runs.
@@ -40,7 +41,7 @@ from dlsched.dag import Graph
 from dlsched.devices import check_device
 from dlsched.errors import DlschedError
 
-from .schema import oracle_frame, oracle_row
+from .schema import check_threads, oracle_frame, oracle_row
 
 ACCUM_ELEMENTS_PER_SECOND = 1e9
 RESOLUTION = 1e-6
@@ -93,6 +94,17 @@ def _random_inputs(session, graph: Graph, batch: int | None, seed: int = 0) -> d
         else:
             feeds[inp.name] = rng.integers(0, high, dims).astype(dtype)
     return feeds
+
+
+def _fed_batch(session, batch: int | None) -> tuple[int | None, bool]:
+    """The batch :func:`_random_inputs` feeds, and whether it picked it for a symbolic dimension (no ``batch``)."""
+    for inp in session.get_inputs():
+        if inp.shape:
+            if batch is not None:
+                return batch, False
+            d = inp.shape[0]
+            return (d, False) if isinstance(d, int) and d > 0 else (1, True)
+    return batch, False
 
 
 def _constant_nodes(model, names: list[str]) -> set[str]:
@@ -153,7 +165,7 @@ def _session_source(path: Path, model, names: list[str], batch: int | None):
 
 
 def profile_onnx(path, graph: Graph, device: str = "cpu", runs: int = 5, warmup: int = 1,
-                 progress: Callable[[int, int], None] | None = None):
+                 progress: Callable[[int, int], None] | None = None, threads: int = 1):
     """Time every compute op of ``graph`` (imported from ``path``) with onnxruntime.
 
     Parameters
@@ -170,6 +182,9 @@ def profile_onnx(path, graph: Graph, device: str = "cpu", runs: int = 5, warmup:
         Timed runs (min and median kept) and untimed runs before them.
     progress : callable, optional
         Called as ``progress(done, total)`` after each run (warm-up included).
+    threads : int
+        onnxruntime's intra-op threads (one inter-op thread: nodes run one
+        after another).
 
     Returns
     -------
@@ -177,6 +192,8 @@ def profile_onnx(path, graph: Graph, device: str = "cpu", runs: int = 5, warmup:
         One row per timed compute op, columns ``op, time, runs, median,
         op_type, resource, source`` (seconds), in canonical order; and
         op name → reason for the compute ops that could not be timed.
+        ``df.attrs["batch"]`` is the batch fed, ``df.attrs["batch_picked"]``
+        whether it was chosen for a symbolic batch dimension.
 
     Raises
     ------
@@ -197,6 +214,7 @@ def profile_onnx(path, graph: Graph, device: str = "cpu", runs: int = 5, warmup:
     path = Path(path)
     if runs < 1 or warmup < 0:
         raise DlschedError(f"--runs must be at least 1 and warm-up at least 0 (got runs={runs}, warmup={warmup})")
+    check_threads(threads)
     check_device(device, "onnxruntime")
     providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if device == "cuda" else ["CPUExecutionProvider"]
     try:
@@ -217,9 +235,11 @@ def profile_onnx(path, graph: Graph, device: str = "cpu", runs: int = 5, warmup:
         so.profile_file_prefix = os.path.join(tmp, "ort")
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         so.log_severity_level = 3
+        so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
         try:
             session = ort.InferenceSession(source, so, providers=providers)
             feeds = _random_inputs(session, graph, batch)
+            ran_at = _fed_batch(session, batch)
             total = warmup + runs
             for i in range(total):
                 session.run(None, feeds)
@@ -281,4 +301,6 @@ def profile_onnx(path, graph: Graph, device: str = "cpu", runs: int = 5, warmup:
             rows.append(oracle_row(op, 2 * t, runs=n, median=2 * med, source="analytic"))
         else:
             missing[op.name] = f"its forward op {fwd!r} has no time: {missing.get(fwd, 'not profiled')}"
-    return oracle_frame(rows), missing
+    df = oracle_frame(rows)
+    df.attrs["batch"], df.attrs["batch_picked"] = ran_at
+    return df, missing

@@ -5,8 +5,14 @@ compute op it timed and a ``{op: reason}`` dict for the ones it could not;
 this module adds a row per recv/send from the network model, fills untimed
 ops with ``--default-time`` when given (``source = "default"``), and reports
 what is missing. :func:`build_oracle` picks the source of the compute times
-and the link of the transfers and records where each came from;
-:func:`assemble_oracle` joins the rows.
+and the link of the transfers and records where each came from, and what the
+times were measured at (batch, mode, device, threads: :meth:`BuiltOracle.meta`,
+written into the oracle file); :func:`assemble_oracle` joins the rows.
+
+Noise: a profile on a busy machine is not reproducible. :func:`noisy_ops`
+names the ops whose median over the runs exceeds their minimum by more than
+``NOISE_SPREAD`` where that excess weighs on the total, and
+:func:`build_oracle` warns about them.
 
 Policy for untimed ops: the oracle is still written without them (it is
 useful as it stands), the command warns and exits 0, and analyses refuse the
@@ -16,17 +22,56 @@ partial oracle until they are given ``--default-time``
 from __future__ import annotations
 
 import contextlib
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import pandas as pd
 
 from dlsched.dag import Graph
-from dlsched.errors import DlschedError
+from dlsched.errors import DlschedError, DlschedWarning
 
 from .device_specs import DeviceSpec
 from .network import DEFAULT_BANDWIDTH, DEFAULT_LATENCY, transfer_rows
 from .schema import oracle_frame, oracle_row
+
+
+# An op is noisy when its median over the runs is more than twice its minimum (NOISE_SPREAD) and the excess is at
+# least NOISE_SHARE of the profile's compute time: tiny ops vary that much on any machine, and only ops that weigh
+# on the totals are worth a warning. On this two-core machine, at one thread, no op of BERT or ResNet-50 reaches
+# this unless a load spike hits; at two threads while other jobs run, 7 to 14 of BERT's ops do (and its Σ median
+# reaches 4 to 7 × Σ minimum).
+NOISE_SPREAD = 1.0
+NOISE_SHARE = 0.01
+
+
+def noisy_ops(frame: pd.DataFrame, spread: float = NOISE_SPREAD, share: float = NOISE_SHARE) -> list[dict]:
+    """The profiled ops whose times varied between runs, the largest excess of the median over the minimum first.
+
+    Examples
+    --------
+    >>> df = pd.DataFrame({"op": ["a", "b", "c"], "time": [1.0, 1.0, 1e-4], "median": [1.5, 3.0, 1e-3],
+    ...                    "runs": 5, "source": "profiled"})
+    >>> [(r["op"], r["spread"]) for r in noisy_ops(df)]   # c varies by 9×, but weighs nothing
+    [('b', 2.0)]
+    """
+    if "median" not in frame or "runs" not in frame:
+        return []
+    rows = frame[(frame["source"] == "profiled") & (frame["runs"] > 1) & (frame["time"] > 0)]
+    excess = rows["median"] - rows["time"]
+    noisy = rows[(excess > spread * rows["time"]) & (excess >= share * rows["time"].sum())]
+    noisy = noisy.loc[excess[noisy.index].sort_values(ascending=False).index]
+    return [{"op": r.op, "time": float(r.time), "median": float(r.median), "spread": float(r.median / r.time - 1)}
+            for r in noisy.itertuples()]
+
+
+def run_spread(frame: pd.DataFrame) -> float | None:
+    """Σ median / Σ minimum − 1 over the profiled ops: how much slower a typical run was than the best one."""
+    if "median" not in frame or "runs" not in frame:
+        return None
+    rows = frame[(frame["source"] == "profiled") & (frame["runs"] > 1)]
+    total = rows["time"].sum()
+    return float(rows["median"].sum() / total - 1) if total > 0 else None
 
 
 def _is_transfer(frame: pd.DataFrame) -> pd.Series:
@@ -187,6 +232,13 @@ class BuiltOracle:
         The trace file and its coverage, when the times came from a trace.
     default_time : float or None
         Seconds given to compute ops that could not be timed.
+    batch : int or None
+        The batch the times describe (``None``: unknown, e.g. a trace of a
+        model with a symbolic batch).
+    batch_picked : bool
+        The model's batch dimension is symbolic and the profiler chose ``batch``.
+    threads : int or None
+        Intra-op threads of the framework profiler (``None`` for a trace or an estimate).
     """
 
     graph: Graph
@@ -197,13 +249,25 @@ class BuiltOracle:
     fused: dict = field(default_factory=dict)
     trace: dict | None = None
     default_time: float | None = None
+    batch: int | None = None
+    batch_picked: bool = False
+    threads: int | None = None
+
+    def meta(self) -> dict:
+        """What the times were measured at, for the oracle file (``write_oracle(..., meta=...)``)."""
+        import dlsched
+
+        return {"batch": self.batch, "mode": self.graph.mode, "device": None if self.trace else self.device,
+                "threads": self.threads, "dlsched_version": dlsched.__version__}
 
     def to_dict(self) -> dict:
-        """The report: model, source of the times, :meth:`OracleResult.summary`, fused ops, link, trace coverage."""
+        """The report: model, source of the times, :meth:`OracleResult.summary`, fused ops, link, trace
+        coverage, the batch and threads, and how much the runs varied."""
         g = self.graph
-        info = {"model": g.name, "mode": g.mode, "device": self.device, "runs": self.runs,
-                **self.result.summary(g), "fused": self.fused, "network": self.network,
-                "default_time": self.default_time}
+        info = {"model": g.name, "mode": g.mode, "device": self.device, "runs": self.runs, "batch": self.batch,
+                "batch_picked": self.batch_picked, "threads": self.threads, **self.result.summary(g),
+                "fused": self.fused, "network": self.network, "default_time": self.default_time,
+                "run_spread": run_spread(self.result.frame), "noisy": noisy_ops(self.result.frame)}
         if self.trace is not None:
             info["trace"] = self.trace
         return info
@@ -212,7 +276,8 @@ class BuiltOracle:
 def build_oracle(graph: Graph, *, spec: DeviceSpec | None = None, trace: str | None = None, model: str | None = None,
                  device: str = "cpu", runs: int = 5, warmup: int = 1, bandwidth: float | None = None,
                  latency: float | None = None, measure: Callable[[], Any] | None = None,
-                 default_time: float | None = None, progress: Callable[[str], Any] | None = None) -> BuiltOracle:
+                 default_time: float | None = None, progress: Callable[[str], Any] | None = None,
+                 threads: int = 1) -> BuiltOracle:
     """Time every op of ``graph``: compute ops from one source, transfers from one link, each computed once.
 
     Parameters
@@ -241,10 +306,18 @@ def build_oracle(graph: Graph, *, spec: DeviceSpec | None = None, trace: str | N
         ``progress(description)`` opens a progress report for the profiler's
         runs: a context manager giving the ``progress(done, total)`` callback
         (e.g. ``dlsched.cli.common.progress``).
+    threads : int
+        Intra-op threads of the framework profiler running ``model``.
 
     Returns
     -------
     BuiltOracle
+
+    Warns
+    -----
+    DlschedWarning
+        The profiler chose the batch of a symbolic batch dimension, or some
+        ops' times varied between runs (:func:`noisy_ops`).
 
     Raises
     ------
@@ -278,16 +351,47 @@ def build_oracle(graph: Graph, *, spec: DeviceSpec | None = None, trace: str | N
     elif model is not None:
         profile = _profiler(model)
         with progress(f"profiling {graph.name} on {device}") if progress else contextlib.nullcontext() as bar:
-            compute, untimed = profile(model, graph, device=device, runs=runs, warmup=warmup, progress=bar)
+            compute, untimed = profile(model, graph, device=device, runs=runs, warmup=warmup, progress=bar,
+                                       threads=threads)
     # The transfers of an analytic estimate are part of it, even on a link given by flags or measured.
     result = assemble_oracle(graph, compute, untimed, network["bandwidth"], network["latency"], default_time,
                              transfer_source="analytic" if spec is not None else "network-model")
     names = set(result.frame["op"])
     fused = {k: v for k, v in compute.attrs.get("fused", {}).items() if k in names}
-    return BuiltOracle(graph, result, device=f"analytic:{spec.name}" if spec is not None else device,
-                       runs=runs if model is not None else None, network=network, fused=fused,
-                       trace=None if coverage is None else {"file": str(trace), **coverage},
-                       default_time=default_time)
+    built = BuiltOracle(graph, result, device=f"analytic:{spec.name}" if spec is not None else device,
+                        runs=runs if model is not None else None, network=network, fused=fused,
+                        trace=None if coverage is None else {"file": str(trace), **coverage},
+                        default_time=default_time, batch=compute.attrs.get("batch") or _batch(graph, spec),
+                        batch_picked=bool(compute.attrs.get("batch_picked")),
+                        threads=threads if model is not None else None)
+    _warn_about(built)
+    return built
+
+
+def _batch(graph: Graph, spec: DeviceSpec | None) -> int | None:
+    """The batch the times describe: an estimate's is its shapes'; a trace's is only known from ``--batch``."""
+    from dlsched.exporters.oracle_file import model_batch
+
+    return model_batch(graph)[0] if spec is not None else graph.source.get("batch")
+
+
+def _warn_about(built: BuiltOracle) -> None:
+    """Say which batch the profiler chose for a symbolic one, and name the ops whose times varied."""
+    g = built.graph
+    if built.batch_picked:
+        warnings.warn(DlschedWarning(
+            f"{g.name}'s batch dimension is symbolic, so it was profiled at batch {built.batch} (its other "
+            f"symbolic dimensions too); the oracle records it. Pass --batch N to profile at batch N."))
+    noisy = noisy_ops(built.result.frame)
+    if noisy:
+        names = ", ".join(f"{r['op']} (min {r['time'] * 1e3:.3g} ms, median {r['median'] * 1e3:.3g} ms)"
+                          for r in noisy[:5])
+        warnings.warn(DlschedWarning(
+            f"the times of {len(noisy)} op(s) varied between runs: their median is more than {1 + NOISE_SPREAD:g} × "
+            f"their minimum, e.g. {names}; the machine was probably busy. The minimum is kept, but the oracle may "
+            "not be reproducible: profile again on a quieter machine"
+            + (f", with fewer --threads than {built.threads}" if (built.threads or 1) > 1 else "")
+            + ", or with more --runs."))
 
 
 def _link(spec: DeviceSpec | None, bandwidth: float | None, latency: float | None,

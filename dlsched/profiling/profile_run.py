@@ -16,6 +16,7 @@ from dlsched.dag import Graph
 from dlsched.errors import DlschedError
 
 from .oracle import BuiltOracle, build_oracle, runnable_format
+from .schema import check_threads
 
 
 def parse_peer(peer: str) -> tuple[str, int]:
@@ -34,10 +35,11 @@ def parse_peer(peer: str) -> tuple[str, int]:
 
 def profile_model(model: str, *, mode: str | None = None, batch: int | None = None, ps: int | None = None,
                   ps_strategy: str | None = None, buffers: bool = False, device: str = "cpu", runs: int = 5,
-                  warmup: int = 1, trace: str | None = None, analytic: bool = False, device_spec: str = "cpu",
-                  bandwidth: float | None = None, latency: float | None = None, measure_network: bool = False,
-                  peer: str | None = None, network_timeout: float = 30.0, default_time: float | None = None,
-                  max_work: int | None = None, load: Callable[..., Graph] | None = None,
+                  warmup: int = 1, threads: int = 1, trace: str | None = None, analytic: bool = False,
+                  device_spec: str = "cpu", bandwidth: float | None = None, latency: float | None = None,
+                  measure_network: bool = False, peer: str | None = None, network_timeout: float = 30.0,
+                  default_time: float | None = None, max_work: int | None = None,
+                  load: Callable[..., Graph] | None = None,
                   say: Callable[[str], Any] | None = None, progress: Callable[[str], Any] | None = None) -> BuiltOracle:
     """Load MODEL and build its time oracle as ``dlsched profile`` does (DESIGN §3).
 
@@ -47,6 +49,10 @@ def profile_model(model: str, *, mode: str | None = None, batch: int | None = No
         The MODEL argument; ``mode`` … ``buffers`` load it.
     device, runs, warmup
         Where and how often the framework profiler runs the model.
+    threads : int
+        The framework's intra-op threads while it runs the model (recorded in
+        the oracle). 1 by default: on a shared machine, more threads make each
+        op's time depend on the machine's other load.
     trace : str, optional
         Take compute times from this trace instead of running the model.
     analytic : bool
@@ -87,6 +93,7 @@ def profile_model(model: str, *, mode: str | None = None, batch: int | None = No
     """
     if peer and not measure_network:
         raise DlschedError("--peer needs --measure-network")
+    check_threads(threads)
     runs_model = not (trace or analytic)  # only then do runs and warm-up run anything
     if runs_model:  # before the model loads: --runs 1000000000 is refused at once
         limits.check_work(limits.profile_work(None, runs, warmup), limits.PROFILE, "profile", max_work)
@@ -117,4 +124,5 @@ def profile_model(model: str, *, mode: str | None = None, batch: int | None = No
 
     return build_oracle(graph, spec=spec, trace=trace, model=model if runs_model else None, device=device,
                         runs=runs, warmup=warmup, bandwidth=bandwidth, latency=latency,
-                        measure=measure if measure_network else None, default_time=default_time, progress=progress)
+                        measure=measure if measure_network else None, default_time=default_time, progress=progress,
+                        threads=threads)

@@ -13,7 +13,8 @@ remapper (``rewrite_options.optimizers = ["remap"]``: no constant folding,
 pruning, arithmetic or layout rewrites) and the classic graph optimiser runs at
 ``L0`` (no constant folding, no common-subexpression elimination); one
 inter-op thread makes ops run one after another, as the oracle assumes
-(each op on a dedicated resource).
+(each op on a dedicated resource), and ``threads`` intra-op threads (1 by
+default) keep each op's time from depending on the machine's other load.
 
 Fusion stays on: a user's real step runs Grappler's remapper and, on CPUs
 where oneDNN is active, oneDNN's graph rewrite, so Conv2D + BiasAdd, MatMul +
@@ -50,11 +51,14 @@ from dlsched.dag import Graph
 from dlsched.devices import check_device
 from dlsched.errors import DlschedError, ImportFailure
 
+from .schema import check_threads
+
 MIN_TIME = 1e-9  # a traced kernel shorter than the clock's resolution still costs something
 
 
-def _session_config(tf, device: str):
-    config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=1, allow_soft_placement=True)
+def _session_config(tf, device: str, threads: int = 1):
+    config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=1, intra_op_parallelism_threads=threads,
+                                      allow_soft_placement=True)
     # Only the remapper: its fusions are what real steps run; every other rewrite would rename or drop nodes.
     config.graph_options.rewrite_options.optimizers.append("remap")
     config.graph_options.optimizer_options.opt_level = tf.compat.v1.OptimizerOptions.L0
@@ -77,14 +81,23 @@ class TFSession:
         The imported DAG (its ``mode``, ``source["format"]`` and ``source["batch"]`` are used).
     device : {"cpu", "cuda"}
     seed : int
+    threads : int
+        Intra-op threads of the session.
+
+    Attributes
+    ----------
+    batch : int
+        The batch fed: ``graph.source["batch"]``, else the inputs' fixed
+        leading dimension, else 1 (``batch_picked``: the batch is symbolic).
     """
 
-    def __init__(self, path, graph: Graph, device: str = "cpu", seed: int = 0):
+    def __init__(self, path, graph: Graph, device: str = "cpu", seed: int = 0, threads: int = 1):
         import numpy as np
 
         from dlsched.importers.tf_importer import _tf, prepare
 
         tf = _tf()
+        check_threads(threads)
         check_device(device, "tensorflow")
         fmt = graph.source.get("format") or ("savedmodel" if Path(path).is_dir() else "graphdef")
         if fmt not in ("graphdef", "savedmodel"):
@@ -113,18 +126,24 @@ class TFSession:
                         inits.append(tf.raw_ops.AssignVariableOp(resource=handle, value=value))
             self.init = tf.group(*inits) if inits else None
         self.feeds = {}
+        leading = []
         for name in self.prepared.inputs:
             t = self.tf_graph.get_operation_by_name(name).outputs[0]
             shape = [self.batch if d is None else d for d in (t.shape.as_list() if t.shape.rank is not None else [])]
+            leading += [t.shape.as_list()[0]] if t.shape.rank else []
             dtype = t.dtype.as_numpy_dtype
             if t.dtype.is_floating:
                 self.feeds[t] = rng.standard_normal(shape).astype(dtype)
             else:
                 self.feeds[t] = np.zeros(shape, dtype=dtype)
+        # Without --batch, a symbolic leading dimension was fed 1: say so (profile_tf's batch_picked).
+        self.batch_picked = batch is None and bool(leading) and leading[0] is None
+        if batch is None and leading and leading[0] is not None:
+            self.batch = leading[0]
         fetch = [self.prepared.loss] + list(self.prepared.gradients.values()) if graph.mode == "training" \
             else self.prepared.outputs
         self.targets = [self.tf_graph.get_operation_by_name(n) for n in fetch]
-        self.session = tf.compat.v1.Session(graph=self.tf_graph, config=_session_config(tf, device))
+        self.session = tf.compat.v1.Session(graph=self.tf_graph, config=_session_config(tf, device, threads))
         if self.init is not None:
             self.session.run(self.init)
         self._tf = tf
@@ -182,7 +201,7 @@ def node_times(meta, kernel_ops: dict | None = None) -> dict[str, float]:
 
 
 def profile_tf(path, graph: Graph, device: str = "cpu", runs: int = 5, warmup: int = 1,
-               progress: Callable[[int, int], None] | None = None, plain_runs: int = 0):
+               progress: Callable[[int, int], None] | None = None, plain_runs: int = 0, threads: int = 1):
     """Profile every compute op of a TF graph; minimum and median over ``runs`` traced runs.
 
     Parameters
@@ -201,6 +220,8 @@ def profile_tf(path, graph: Graph, device: str = "cpu", runs: int = 5, warmup: i
         with the traced ones so both see the same machine load; their wall
         times go to ``df.attrs["plain_wall"]`` (the traced runs' to
         ``df.attrs["traced_wall"]``), for sanity and overhead checks.
+    threads : int
+        Intra-op threads of the session (one inter-op thread).
 
     Returns
     -------
@@ -209,7 +230,9 @@ def profile_tf(path, graph: Graph, device: str = "cpu", runs: int = 5, warmup: i
         ``source="profiled"``), one per compute op that produced stats or was
         fused into a kernel that did (time 0), in canonical order; and compute
         op name → why it has no row. ``df.attrs["fused"]`` maps each fused op to
-        "fused into X: …" (X holds the kernel's time).
+        "fused into X: …" (X holds the kernel's time); ``df.attrs["batch"]``
+        is the batch fed, ``df.attrs["batch_picked"]`` whether it was chosen
+        for a symbolic batch dimension.
 
     Raises
     ------
@@ -218,7 +241,7 @@ def profile_tf(path, graph: Graph, device: str = "cpu", runs: int = 5, warmup: i
     """
     if runs < 1:
         raise DlschedError(f"--runs must be at least 1, got {runs}")
-    sess = TFSession(path, graph, device)
+    sess = TFSession(path, graph, device, threads=threads)
     try:
         return profile_session(sess, graph, runs, warmup, progress, plain_runs)
     finally:
@@ -282,4 +305,5 @@ def profile_session(sess: TFSession, graph: Graph, runs: int = 5, warmup: int = 
     df.attrs["fused"] = {name: f.reason for name, f in fused.items()}
     df.attrs["plain_wall"] = plain
     df.attrs["traced_wall"] = traced
+    df.attrs["batch"], df.attrs["batch_picked"] = sess.batch, sess.batch_picked
     return df, missing

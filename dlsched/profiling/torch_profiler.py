@@ -12,6 +12,12 @@ cannot handle (the capture recorded in the DAG is used again). Training runs
 the ``make_fx`` joint graph, which already holds the backward ops (also under
 ``no_grad``: autograd must not record the explicit backward a second time).
 
+Profiling runs with ``threads`` intra-op threads (``torch.set_num_threads``,
+1 by default): on a shared machine, more threads make each op's time depend
+on what else runs there. A node's arguments are fetched from the
+interpreter's environment before its clock starts, so the time is the op's
+call alone (on small ops the interpreter's bookkeeping was half of it).
+
 On CPU a node is timed with :func:`time.perf_counter` around its (synchronous)
 execution. On CUDA every node is bracketed by ``torch.cuda.Event``s and the
 device is synchronised after each run before the events are read, so
@@ -28,8 +34,9 @@ from typing import Any, Callable
 from dlsched.dag import Graph
 from dlsched.devices import check_device
 from dlsched.errors import DlschedError
+from dlsched.exporters.oracle_file import model_batch
 
-from .schema import oracle_frame, oracle_row
+from .schema import check_threads, oracle_frame, oracle_row
 
 _COMPUTE_NODES = ("call_module", "call_function", "call_method")
 
@@ -74,20 +81,25 @@ def _interpreter_class():
         def run_node(self, n):
             if n.name not in self.timed:
                 return super().run_node(n)
-            if self.device == "cuda":
-                pair = self._events.get(n.name)
-                if pair is None:
-                    pair = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                    self._events[n.name] = pair
-                pair[0].record()
-                result = super().run_node(n)
-                pair[1].record()
-                self._pending.append(n.name)
+            # As fx's Interpreter.run_node, but the arguments are fetched before the clock starts: on small
+            # ops that bookkeeping would be a large, noisy share of the time.
+            with self._set_current_node(n):
+                args, kwargs = self.fetch_args_kwargs_from_env(n)
+                call = getattr(self, n.op)
+                if self.device == "cuda":
+                    pair = self._events.get(n.name)
+                    if pair is None:
+                        pair = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                        self._events[n.name] = pair
+                    pair[0].record()
+                    result = call(n.target, args, kwargs)
+                    pair[1].record()
+                    self._pending.append(n.name)
+                    return result
+                start = time.perf_counter()
+                result = call(n.target, args, kwargs)
+                self.last[n.name] = time.perf_counter() - start
                 return result
-            start = time.perf_counter()
-            result = super().run_node(n)
-            self.last[n.name] = time.perf_counter() - start
-            return result
 
     return TimingInterpreter
 
@@ -122,7 +134,7 @@ def _to_device(traced, device: str):
 
 
 def profile_torch(spec: str, graph: Graph, device: str = "cpu", runs: int = 5, warmup: int = 1,
-                  progress: Callable[[int, int], Any] | None = None):
+                  progress: Callable[[int, int], Any] | None = None, threads: int = 1):
     """Time every compute op of ``graph`` on the real PyTorch model ``spec`` (DESIGN §3).
 
     Parameters
@@ -140,20 +152,24 @@ def profile_torch(spec: str, graph: Graph, device: str = "cpu", runs: int = 5, w
     progress : callable, optional
         ``progress(done, total)`` after each whole-graph run (warm-up included),
         ``total = warmup + runs``.
+    threads : int
+        Intra-op threads (``torch.set_num_threads``) while profiling; the
+        process's setting is restored afterwards.
 
     Returns
     -------
     (pandas.DataFrame, dict)
         Columns ``op, time, runs, median, op_type, resource, source``: one row
         per timed compute op, in canonical order, ``time`` the minimum in
-        seconds, ``source = "profiled"``. The dict maps each compute op that
-        could not be timed to the reason.
+        seconds, ``source = "profiled"``; ``df.attrs["batch"]`` is the batch
+        the model ran at. The dict maps each compute op that could not be
+        timed to the reason.
 
     Raises
     ------
     DlschedError
-        ``runs < 1``, ``warmup < 0``, an unknown device, CUDA requested but not
-        available, or the model fails while running.
+        ``runs < 1``, ``warmup < 0``, ``threads < 1``, an unknown device, CUDA
+        requested but not available, or the model fails while running.
     ImportFailure
         The factory cannot be loaded or traced.
 
@@ -174,6 +190,7 @@ def profile_torch(spec: str, graph: Graph, device: str = "cpu", runs: int = 5, w
         raise DlschedError(f"--runs must be at least 1, got {runs}")
     if warmup < 0:
         raise DlschedError(f"--warmup must be 0 or more, got {warmup}")
+    check_threads(threads)
     check_device(device, "torch")
     batch = (graph.source or {}).get("batch")
     # The capture the importer used (symbolic_trace or make_fx), so the timed nodes are the DAG's ops.
@@ -189,19 +206,13 @@ def profile_torch(spec: str, graph: Graph, device: str = "cpu", runs: int = 5, w
     total = warmup + runs
     # Training graphs mutate their buffer arguments (BatchNorm running stats): give each run fresh copies.
     clone = traced.mode == "training"
-    with torch.no_grad():
-        for i in range(total):
-            run_args = tuple(a.clone() if clone and isinstance(a, torch.Tensor) else a for a in args)
-            try:
-                interp.run(*run_args)
-            except Exception as e:
-                raise DlschedError(f"{spec}: running the traced model on {device} failed "
-                                   f"({type(e).__name__}: {e})") from None
-            if i >= warmup:
-                for name, t in interp.last.items():
-                    samples[name].append(t)
-            if progress is not None:
-                progress(i + 1, total)
+    saved_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.no_grad():
+            _run(interp, args, clone, total, warmup, samples, progress, spec, device)
+    finally:
+        torch.set_num_threads(saved_threads)
     rows, missing = [], {}
     for op in compute:
         node = by_op.get(op.name)
@@ -217,7 +228,27 @@ def profile_torch(spec: str, graph: Graph, device: str = "cpu", runs: int = 5, w
             missing[op.name] = f"executed in {len(ts)} of {runs} runs (the traced graph skipped it)"
             continue
         rows.append(oracle_row(op, min(ts), runs=len(ts), median=statistics.median(ts), source="profiled"))
-    return oracle_frame(rows), missing
+    df = oracle_frame(rows)
+    df.attrs["batch"] = model_batch(graph)[0]  # --batch, else the factory's example batch
+    return df, missing
+
+
+def _run(interp, args, clone: bool, total: int, warmup: int, samples: dict, progress, spec: str, device: str):
+    """``total`` whole-graph runs; the times of those after ``warmup`` are appended to ``samples``."""
+    import torch
+
+    for i in range(total):
+        run_args = tuple(a.clone() if clone and isinstance(a, torch.Tensor) else a for a in args)
+        try:
+            interp.run(*run_args)
+        except Exception as e:
+            raise DlschedError(f"{spec}: running the traced model on {device} failed "
+                               f"({type(e).__name__}: {e})") from None
+        if i >= warmup:
+            for name, t in interp.last.items():
+                samples[name].append(t)
+        if progress is not None:
+            progress(i + 1, total)
 
 
 __all__ = ["profile_torch", "timing_interpreter"]
