@@ -7,6 +7,7 @@ from __future__ import annotations
 import click
 
 from dlsched import limits
+from dlsched.devices import DEVICES
 
 from .common import BYTES, FRACTION, POSITIVE_INT, emit_json, max_work_option
 
@@ -21,7 +22,7 @@ from .common import BYTES, FRACTION, POSITIVE_INT, emit_json, max_work_option
 @click.option("--measure", is_flag=True, help="Measure peak memory of real training steps (PyTorch factories).")
 @click.option("--measure-batches", default="2,4", show_default=True,
               help="Batch sizes measured with --measure (two or more).")
-@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
+@click.option("--device", type=click.Choice(list(DEVICES)), default="cpu", show_default=True,
               help="Where --measure runs its steps.")
 @click.option("--oracle", default=None, help="Time oracle of MODEL: Σ compute times, scaled linearly in batch.")
 @click.option("--batch", type=POSITIVE_INT, default=None, help="Batch to import MODEL at (static).")
