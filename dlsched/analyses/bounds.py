@@ -155,6 +155,21 @@ class Rating:
 
     efficiency: float | None
     model_error: float
+    #: The bound the makespan was measured against (U above, L below); 0 inside.
+    bound: float = field(default=0.0, repr=False, compare=False)
+
+    @property
+    def relative_error(self) -> float:
+        """``model_error`` as a share of the bound it exceeds (``U`` above, ``L`` below); 0 inside.
+
+        Examples
+        --------
+        >>> rate_makespan(4.0, 2.0, 5.0).relative_error
+        0.25
+        >>> rate_makespan(4.0, 2.0, 1.0).relative_error
+        -0.5
+        """
+        return self.model_error / self.bound if self.model_error and self.bound else 0.0
 
 
 def rate_makespan(upper: float, lower: float, makespan: float) -> Rating:
@@ -177,9 +192,9 @@ def rate_makespan(upper: float, lower: float, makespan: float) -> Rating:
     """
     U, L, m = float(upper), float(lower), float(makespan)
     if m > U:
-        return Rating(None, m - U)
+        return Rating(None, m - U, U)
     if m < L:
-        return Rating(None, m - L)
+        return Rating(None, m - L, L)
     return Rating(schedule_efficiency(U, L, m), 0.0)
 
 
