@@ -5,7 +5,7 @@ Layout: one process per worker, one thread per resource of that worker
 workers the links are shared, so they get their own process
 (``parameter-server links``) whose threads show every worker's transfers.
 Every op is a complete event (``ph: "X"``) with ``ts``/``dur`` in
-microseconds; ``args`` carry its kind, worker and priority.
+microseconds; ``args`` carry its kind, worker, resource, priority and iteration (when known).
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def chrome_trace(frame, model: str | None = None, metadata: dict | None = None) 
     ----------
     frame : pandas.DataFrame
         Columns ``op``, ``kind``, ``resource``, ``start``, ``end`` (seconds),
-        optionally ``priority`` and ``worker`` (as from
+        optionally ``priority``, ``worker`` and ``iteration`` (as from
         :meth:`dlsched.analyses.simulate.Schedule.frame` or a multi-worker
         timeline).
     model : str, optional
@@ -85,11 +85,15 @@ def chrome_trace(frame, model: str | None = None, metadata: dict | None = None) 
     cols = ["op", "kind", "resource", "start", "end"]
     prio = frame["priority"].tolist() if "priority" in frame.columns else [math.nan] * len(frame)
     wk = frame["worker"].tolist() if has_worker else [0] * len(frame)
-    for (op, kind, resource, start, end), p, w in zip(frame[cols].itertuples(index=False, name=None), prio, wk):
+    its = frame["iteration"].tolist() if "iteration" in frame.columns else [None] * len(frame)
+    for (op, kind, resource, start, end), p, w, it in zip(frame[cols].itertuples(index=False, name=None), prio, wk,
+                                                         its):
         pid, tid = where(int(w), resource)
-        args = {"kind": kind, "worker": int(w)}
+        args = {"kind": kind, "worker": int(w), "resource": resource}
         if p == p and p is not None:  # not NaN
             args["priority"] = int(p)
+        if it is not None:
+            args["iteration"] = int(it)
         events.append({
             "ph": "X", "name": f"w{int(w)}:{op}" if multi and pid == link_pid else str(op), "cat": kind,
             "pid": pid, "tid": tid, "ts": round(float(start) * 1e6, 3),

@@ -10,6 +10,8 @@ done message instead.
 """
 from __future__ import annotations
 
+import time
+
 from .ps_config import PSConfig
 from .ps_failures import PSTrainingError, transfer_failure, wait_transfer
 from .ps_protocol import Tags, send_order, worker_rank
@@ -30,6 +32,7 @@ def run_server(cfg: PSConfig, rank: int, module) -> dict:
     own = [n for n in cfg.order if cfg.server_of(n) == rank]
     opt = torch.optim.SGD([params[n] for n in own], lr=cfg.lr, momentum=cfg.momentum) if own else None
     training = cfg.mode == "training"
+    sent = []  # when each send was posted, per worker and iteration (the transfer's start, for the timeline)
     for it in range(cfg.iterations):
         back = []  # gradient (or done-token) receives, posted before the sends
         try:
@@ -43,13 +46,16 @@ def run_server(cfg: PSConfig, rank: int, module) -> dict:
                     back.append((w, {}, [("done", dist.irecv(tok, worker_rank(cfg, w), tag=tags.done))]))
             orders = [send_order(cfg, rank, w, it) for w in range(cfg.workers)]
             inflight: list[list] = [[] for _ in range(cfg.workers)]
+            posted: list[dict] = [{} for _ in range(cfg.workers)]
             for pos in range(len(own)):
                 for w in range(cfg.workers):
                     if pos >= cfg.window:
                         wait_transfer(inflight[w][pos - cfg.window], f"server {rank}: sending "
                                       f"{orders[w][pos - cfg.window]!r} to worker {w} in iteration {it}", cfg.timeout)
                     n = orders[w][pos]
+                    posted[w][n] = time.perf_counter()
                     inflight[w].append(dist.isend(params[n].data, worker_rank(cfg, w), tag=tags.param(n)))
+            sent += [{"worker": w, "iteration": it, "times": posted[w]} for w in range(cfg.workers)]
         except PSTrainingError:
             raise
         except Exception as e:
@@ -69,4 +75,4 @@ def run_server(cfg: PSConfig, rank: int, module) -> dict:
                 for n in own:
                     params[n].grad = sum(b[n] for _, b, _ in back) / cfg.workers
             opt.step()
-    return {"params": {n: params[n].detach().clone() for n in own}}
+    return {"params": {n: params[n].detach().clone() for n in own}, "sent": sent}

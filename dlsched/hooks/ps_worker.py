@@ -138,6 +138,7 @@ class PSWorker:
         self.module.to(self.device)
         self.module.train(self.training)
         pool = ThreadPoolExecutor(max_workers=len(self.cfg.order), thread_name_prefix="dlsched-recv")
+        self.pool = pool
         self.recv = ParameterReceiver(self.cfg, self.module, pool, self.device)
         self._register_hooks()
         timeline = Timeline()
@@ -159,10 +160,19 @@ class PSWorker:
             def grad_hook(name):
                 def hook(p):
                     g = p.grad.detach().to("cpu") if self.recv.cuda else p.grad.detach()
-                    self.sends.append((name, g, dist.isend(g, cfg.server_of(name), tag=tags.grad(name))))
+                    posted = time.perf_counter()
+                    work = dist.isend(g, cfg.server_of(name), tag=tags.grad(name))
+                    # completed in a waiter thread, so the timeline gets the send's real end
+                    self.sends.append((name, g, self.pool.submit(self._sent, name, work, posted)))
                 return hook
             for n, p in self.params.items():
                 p.register_post_accumulate_grad_hook(grad_hook(n))
+
+    def _sent(self, name: str, work, posted: float) -> list[float]:
+        """Wait for one gradient send (in a waiter thread); returns its ``[post, completion]`` times."""
+        wait_transfer(work, f"worker {self.worker}: sending the gradient of {name!r} in iteration {self.recv.it}",
+                      self.cfg.timeout)
+        return [posted, time.perf_counter()]
 
     def _before_forward(self, mod, args) -> None:
         for n in self.waits[mod]:
@@ -192,8 +202,8 @@ class PSWorker:
                 self.recv.wait_for(n)
             tgt = global_target(cfg, out.shape, it)[rows].to(self.device)
             loss_of(out, tgt).backward()
-            for n, _, h in self.sends:
-                wait_transfer(h, f"worker {w}: sending the gradient of {n!r} in iteration {it}", cfg.timeout)
+            compute_end = time.perf_counter()
+            grad_sends = {n: f.result() for n, _, f in self.sends}  # raises the waiter's PSTrainingError
             missing = set(cfg.order) - {n for n, _, _ in self.sends}
             if missing:
                 raise PSTrainingError(f"worker {w}: no gradient for {sorted(missing)[:5]} in iteration {it}; "
@@ -202,6 +212,7 @@ class PSWorker:
         else:
             with torch.no_grad():
                 self.module(*xs)
+            compute_end, grad_sends = time.perf_counter(), {}
             for n in cfg.order:
                 self.recv.wait_for(n)
             tok = torch.ones(1)
@@ -214,4 +225,4 @@ class PSWorker:
         return IterationRecord(
             w, it, start, self.compute_start or end, end, dict(self.recv.arrivals),
             {n: cfg.server_of(n) for n in cfg.order},
-            {s: send_order(cfg, s, w, it) for s in range(cfg.servers)})
+            {s: send_order(cfg, s, w, it) for s in range(cfg.servers)}, compute_end, grad_sends=grad_sends)

@@ -17,6 +17,11 @@ class IterationRecord:
 
     ``arrivals`` maps each parameter name to the time its transfer completed on
     the worker; ``server_of`` maps it to the server rank index that sent it.
+    ``sent`` maps it to the time its server posted the send (the transfer's
+    start; filled in from the servers' records by :meth:`Timeline.add_sent`),
+    ``compute_end`` is when the forward (inference) or backward (training)
+    returned, and ``grad_sends`` maps each parameter to the ``[start, end]``
+    of its gradient's send (post, and completion on the worker).
     """
 
     worker: int
@@ -27,6 +32,9 @@ class IterationRecord:
     arrivals: dict[str, float] = field(default_factory=dict)
     server_of: dict[str, int] = field(default_factory=dict)
     sent_order: dict[int, list[str]] = field(default_factory=dict)
+    compute_end: float | None = None
+    sent: dict[str, float] = field(default_factory=dict)
+    grad_sends: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def duration(self) -> float:
@@ -72,6 +80,50 @@ class Timeline:
             out.append({"iteration": it, "start": start, "end": max(r.end for r in rs),
                         "makespans": {r.worker: r.end - start for r in rs}})
         return out
+
+    def add_sent(self, sent: list[dict]) -> None:
+        """Merge a server's send records ``[{"worker", "iteration", "times": {name: t}}]`` into the records."""
+        for doc in sent:
+            self.get(int(doc["worker"]), int(doc["iteration"])).sent.update(doc["times"])
+
+    def frame(self, skip: int = 0):
+        """Every recorded op as rows ``worker, iteration, op, kind, resource, start, end, priority``.
+
+        The schema of a simulated timeline (:func:`dlsched.exporters.chrome_trace.chrome_trace`
+        writes both): parameter transfers are ``recv`` on ``ps:K/down`` from the
+        server's send to the arrival, gradient sends ``send`` (``NAME/grad``) on
+        ``ps:K/up``, and each iteration's compute one ``compute`` op
+        (``iteration``) on ``compute:0``. ``priority`` is the transfer's place in
+        its server's send order. Times are seconds since the first kept
+        iteration's start. Iterations before ``skip`` (warm-up) are left out.
+
+        Examples
+        --------
+        >>> r = IterationRecord(0, 0, 1.0, 1.1, 1.5, {"a": 1.1}, {"a": 0}, {0: ["a"]}, 1.4, {"a": 1.0},
+        ...                     {"a": [1.3, 1.45]})
+        >>> Timeline([r]).frame()[["op", "kind", "resource", "start", "end"]].round(3).values.tolist()
+        [['a', 'recv', 'ps:0/down', 0.0, 0.1], ['iteration 0', 'compute', 'compute:0', 0.1, 0.4], ['a/grad', 'send', 'ps:0/up', 0.3, 0.45]]
+        """
+        import pandas as pd
+        keep = set(self.iterations[skip:])
+        recs = [r for r in self.records if r.iteration in keep]
+        if not recs:
+            return pd.DataFrame(columns=["worker", "iteration", "op", "kind", "resource", "start", "end", "priority"])
+        t0 = min(r.start for r in recs)
+        rows = []
+        for r in recs:
+            rank = {n: i for order in r.sent_order.values() for i, n in enumerate(order)}
+            for n, t in r.arrivals.items():
+                s = r.server_of.get(n, 0)
+                rows.append((r.worker, r.iteration, n, "recv", f"ps:{s}/down", r.sent.get(n, r.start) - t0,
+                             t - t0, rank.get(n)))
+            rows.append((r.worker, r.iteration, f"iteration {r.iteration}", "compute", "compute:0",
+                         r.compute_start - t0, (r.compute_end if r.compute_end is not None else r.end) - t0, None))
+            for n, (a, b) in r.grad_sends.items():
+                rows.append((r.worker, r.iteration, f"{n}/grad", "send", f"ps:{r.server_of.get(n, 0)}/up",
+                             a - t0, b - t0, None))
+        return pd.DataFrame(rows, columns=["worker", "iteration", "op", "kind", "resource", "start", "end",
+                                           "priority"])
 
     def to_dict(self) -> dict:
         return {"records": [asdict(r) for r in self.records]}

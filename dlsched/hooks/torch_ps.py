@@ -211,6 +211,8 @@ def launch_local(cfg: PSConfig, timeout: float | None = None, workdir: str | Non
         params.update(res.get("params", {}))
         if "timeline" in res:
             timeline.records += Timeline.from_dict(res["timeline"]).records
+    for res in job.results:
+        timeline.add_sent(res.get("sent", []))
     return PSRun(params, timeline, job.returncodes, job.stderr, job.workdir)
 
 

@@ -1,23 +1,66 @@
 """Network-namespace hosts joined by a bridge, with the server's link rate-limited
-by ``tc`` (DESIGN §9). Only addresses this module creates (10.77.0.0/24) are used.
+by ``tc`` (DESIGN §6, §4.7). Only addresses this module creates (10.77.0.0/24) are used.
 
 ``Cluster.create()`` builds ``dls_hub`` (the bridge) and one namespace per host;
 ``Cluster.destroy()`` removes them, and is registered with atexit and signal
-handlers so a failed or interrupted run leaves nothing behind.
+handlers so a failed or interrupted run leaves nothing behind. Host 0 is the
+parameter server: its link is limited to the ``tc`` rate (``1gbit``,
+``500mbit``) in both directions, so every transfer crosses a real, shaped link.
+Needs root (:func:`available` says whether this process can make namespaces).
+
+Examples
+--------
+>>> tc_rate_bytes("1gbit"), tc_rate_bytes("500mbit")
+(125000000.0, 62500000.0)
+>>> c = Cluster(3, "1gbit")
+>>> c.address(0), c.exec_prefix(1)
+('10.77.0.1', ['ip', 'netns', 'exec', 'dls_h1'])
 """
 from __future__ import annotations
 
 import atexit
+import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
+
+from dlsched.errors import DlschedError
 
 SUBNET = "10.77.0"
 HUB = "dls_hub"
 
 
+_RATE = re.compile(r"^(\d+(?:\.\d+)?)([kmg]?)bit$")
+
+
+def tc_rate_bytes(rate: str) -> float:
+    """Bytes per second of a ``tc`` rate such as ``1gbit``, ``500mbit`` or ``800kbit``.
+
+    Raises
+    ------
+    DlschedError
+        Not a positive ``NUMBER[k|m|g]bit`` rate.
+    """
+    m = _RATE.match(str(rate).strip().lower())
+    value = float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)] / 8 if m else 0.0
+    if value <= 0:
+        raise DlschedError(f"--rate must be a positive tc rate such as 1gbit, 500mbit or 800kbit, got {rate!r}")
+    return value
+
+
+def available() -> bool:
+    """Whether this process can build the cluster (root, with ``ip`` and ``tc`` installed)."""
+    return os.geteuid() == 0 and shutil.which("ip") is not None and shutil.which("tc") is not None
+
+
 def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(list(args), capture_output=True, text=True, check=check)
+    try:
+        return subprocess.run(list(args), capture_output=True, text=True, check=check)
+    except subprocess.CalledProcessError as e:
+        raise DlschedError(f"building the network-namespace cluster failed at '{' '.join(args)}': "
+                           f"{(e.stderr or '').strip() or e}") from None
 
 
 class Cluster:
