@@ -1,0 +1,389 @@
+"""eager-SGD (Algorithm 2) and its synchronous baseline, DDP, as a local job of real processes.
+
+Each process trains a one-layer linear regression on the hyperplane task of
+eager-SGD §7.2.1 (``y = a·x + noise``, ``dim`` inputs, its own shard of
+``batch``-sample batches) and free-runs its ``iterations`` steps:
+
+1. forward and loss on the step's batch;
+2. sleep until the step has lasted ``step_pad · f + d`` (the imbalance's speed
+   factor and injected delay for this process and step: the paper injects load
+   imbalance by sleeping in the training step);
+3. backward; then
+   - ``ddp``: torch's own :class:`~torch.nn.parallel.DistributedDataParallel`
+     all-reduces the gradient during backward (gloo), SGD step;
+   - ``solo`` / ``majority``: the gradient joins the send buffer of a
+     :class:`~dlsched.hooks.partial_allreduce.PartialAllreduce` (a gradient that
+     missed its collective enters the next one, so none is lost); the process
+     waits until collective ``t`` is done and applies the latest result,
+     ``w ← w − lr · Σ/P`` (Algorithm 2, lines 6–8).
+
+``model_sync_every=K`` averages the replicas (a synchronous all-reduce of the
+parameters) after every ``K`` steps: partial collectives let replicas drift
+(§5). ``barrier=True`` starts every iteration with a barrier, as the Fig. 9
+micro-benchmark does. Every wait is bounded by ``timeout``; a rank that dies or
+stalls makes every other one exit with code 2 and one ``dlsched: error:`` line
+(:mod:`dlsched.hooks.launcher`).
+
+Examples
+--------
+>>> cfg = EagerConfig(collective="solo", processes=4, iterations=20, dim=64, batch=16,
+...                   step_times=[[0.01] * 4] * 20)
+>>> cfg.collective, len(cfg.step_times)
+('solo', 20)
+>>> run = train_allreduce(cfg)                                    # doctest: +SKIP
+>>> run.steps_per_s, run.mean_nap                                 # doctest: +SKIP
+
+Public API: :class:`EagerConfig`, :class:`EagerRun`, :func:`train_allreduce`,
+:func:`hyperplane`, :class:`EagerConfigError`, :data:`COLLECTIVES`; the rank
+entry point is ``python -m dlsched.hooks.eager_sgd``.
+"""
+from __future__ import annotations
+
+import math
+import os
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+from dlsched.errors import DlschedError
+
+from . import launcher
+from .partial_allreduce import PartialAllreduce, PartialCollectiveError
+from .ps_failures import seconds, transfer_failure
+
+#: ``ddp`` is the synchronous baseline, the others eager-SGD's partial collectives.
+COLLECTIVES = ("ddp", "solo", "majority")
+FAIL_HOW = ("kill", "stall")
+
+
+class EagerConfigError(DlschedError):
+    """An eager-SGD setting is out of range; nothing was started."""
+
+
+class EagerTrainingError(DlschedError):
+    """A rank of the eager-SGD job failed, stalled, or lost a peer."""
+
+
+@dataclass
+class EagerConfig:
+    """Settings of one eager-SGD (or DDP) job; checked on construction, JSON-serialisable.
+
+    ``step_times[t][p]`` is how long process ``p``'s step ``t`` lasts before
+    backward (compute padded by sleeping); ``fail_rank`` / ``fail_step`` /
+    ``fail_how`` make that rank SIGKILL or SIGSTOP itself (tests).
+    """
+
+    collective: str
+    processes: int
+    iterations: int
+    step_times: list = field(default_factory=list)
+    dim: int = 8192
+    batch: int = 256
+    shard_batches: int = 8
+    lr: float = 0.02
+    noise: float = 0.1
+    seed: int = 0
+    model_sync_every: int = 0
+    barrier: bool = False
+    timeout: float = 30.0
+    fail_rank: int | None = None
+    fail_step: int = 0
+    fail_how: str = "kill"
+
+    def __post_init__(self):
+        bad = []
+
+        def whole(name, low):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) and not (hasattr(v, "__index__")):
+                bad.append(f"{name} must be a whole number, got {v!r}")
+            elif int(v) < low:
+                bad.append(f"{name} must be at least {low}, got {int(v)}")
+            else:
+                setattr(self, name, int(v))
+        if self.collective not in COLLECTIVES:
+            bad.append(f"collective must be one of {', '.join(COLLECTIVES)}, got {self.collective!r}")
+        for name, low in (("processes", 2), ("iterations", 1), ("dim", 1), ("batch", 1), ("shard_batches", 1),
+                          ("seed", 0), ("model_sync_every", 0), ("fail_step", 0)):
+            whole(name, low)
+        for name in ("lr", "noise", "timeout"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 \
+                    or (name != "noise" and v == 0) or (name == "timeout" and v > 86400):
+                bad.append(f"{name} must be a finite number above 0{' (seconds, at most a day)' * (name == 'timeout')}"
+                           f", got {v!r}")
+            else:
+                setattr(self, name, float(v))
+        if self.fail_how not in FAIL_HOW:
+            bad.append(f"fail_how must be one of {', '.join(FAIL_HOW)}, got {self.fail_how!r}")
+        if not bad and self.fail_rank is not None and not (0 <= self.fail_rank < self.processes):
+            bad.append(f"fail_rank must be a rank below processes={self.processes}, got {self.fail_rank!r}")
+        if not bad:
+            self.step_times = self.step_times or [[0.0] * self.processes] * self.iterations
+            shape_ok = len(self.step_times) == self.iterations and all(
+                len(row) == self.processes for row in self.step_times)
+            if not shape_ok:
+                bad.append(f"step_times must have {self.iterations} rows of {self.processes} seconds each")
+            else:
+                self.step_times = [[float(x) for x in row] for row in self.step_times]
+                if not all(math.isfinite(x) and 0 <= x <= 3600 for row in self.step_times for x in row):
+                    bad.append("step_times must be finite numbers of seconds between 0 and 3600")
+        if bad:
+            raise EagerConfigError("invalid eager-SGD configuration: " + "; ".join(bad))
+
+
+@dataclass
+class EagerRun:
+    """What a job measured; ``steps_per_s`` counts collectives (rounds of the global model) per second."""
+
+    collective: str
+    processes: int
+    iterations: int
+    wall_s: float
+    steps_per_s: float
+    mean_iteration_s: float
+    iteration_s_per_process: list
+    mean_latency_s: float
+    mean_nap: float
+    nap: list
+    mean_staleness: float
+    max_staleness: int
+    missed_rate: float
+    queued_at_end: int
+    final_loss: float
+    replica_spread: float
+    initiators: list
+    extra: dict = field(default_factory=dict, repr=False)
+
+    def to_dict(self) -> dict:
+        """The JSON form (no tensors)."""
+        return {k: v for k, v in asdict(self).items() if k != "extra"}
+
+
+# -- data ------------------------------------------------------------------------------------------
+
+def hyperplane(dim: int, rows: int, seed: int, part: int, noise: float):
+    """``(x, y)``: ``rows`` samples of the hyperplane ``y = a·x + noise`` (``a`` fixed by ``seed``,
+    the samples by ``part``: a rank's shard, or the validation set).
+
+    Examples
+    --------
+    >>> x, y = hyperplane(8, 5, seed=1, part=0, noise=0.0)
+    >>> tuple(x.shape), tuple(y.shape)
+    ((5, 8), (5, 1))
+    """
+    import torch
+    a = torch.randn(dim, 1, generator=torch.Generator().manual_seed(seed)) / math.sqrt(dim)
+    g = torch.Generator().manual_seed(seed * 1_000_003 + 17 + part)
+    x = torch.randn(rows, dim, generator=g)
+    return x, x @ a + noise * torch.randn(rows, 1, generator=g)
+
+
+VALIDATION_PART = 10**6
+
+
+# -- one rank --------------------------------------------------------------------------------------
+
+def _flat(tensors):
+    import torch
+    return torch.cat([t.reshape(-1) for t in tensors])
+
+
+def _barrier(group, what: str, timeout: float, rank: int):
+    import torch.distributed as dist
+    try:
+        dist.barrier(group=group, async_op=True).wait(seconds(timeout))
+    except Exception as e:
+        raise transfer_failure(f"rank {rank}: {what} failed or timed out after {timeout:g} s", e) from None
+
+
+def _model_sync(model, group, cfg, rank, step):
+    import torch
+    import torch.distributed as dist
+    vec = _flat([p.data for p in model.parameters()])
+    try:
+        dist.all_reduce(vec, group=group, async_op=True).wait(seconds(cfg.timeout))
+    except Exception as e:
+        raise transfer_failure(f"rank {rank}: model synchronisation after step {step} failed or timed out", e) \
+            from None
+    vec /= cfg.processes
+    torch.nn.utils.vector_to_parameters(vec, model.parameters())
+    return vec.clone()
+
+
+def _fail_here(cfg, rank, step):
+    if cfg.fail_rank == rank and cfg.fail_step == step:
+        os.kill(os.getpid(), signal.SIGKILL if cfg.fail_how == "kill" else signal.SIGSTOP)
+
+
+def run_rank(config: dict, rank: int, init_method: str) -> dict:
+    """Train one rank (the launcher's ``run_rank``); returns its measurements and final parameters."""
+    import torch
+    import torch.distributed as dist
+    cfg = EagerConfig(**config)
+    torch.set_num_threads(1)
+    host, port = init_method[len("tcp://"):].rsplit(":", 1)
+    try:
+        store = dist.TCPStore(host, int(port), cfg.processes, rank == 0, seconds(cfg.timeout))
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=cfg.processes,
+                                timeout=seconds(cfg.timeout))
+        aux = dist.new_group(backend="gloo", timeout=seconds(cfg.timeout))  # barriers, model syncs
+    except Exception as e:
+        raise transfer_failure(f"rank {rank}: joining the job failed", e) from None
+    xs, ys = hyperplane(cfg.dim, cfg.batch * cfg.shard_batches, cfg.seed, rank, cfg.noise)
+    model = torch.nn.Linear(cfg.dim, 1)
+    torch.nn.init.zeros_(model.weight)
+    torch.nn.init.zeros_(model.bias)
+    params = list(model.parameters())
+    numel = sum(p.numel() for p in params)
+    ddp = pa = None
+    if cfg.collective == "ddp":
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        opt = torch.optim.SGD(ddp.parameters(), lr=cfg.lr)
+    else:
+        client = dist.TCPStore(host, int(port), cfg.processes, False, seconds(cfg.timeout))
+        pa = PartialAllreduce(store, client, dist.group.WORLD, rank, cfg.processes, numel, cfg.collective, cfg.seed,
+                              cfg.iterations, cfg.timeout)
+    grad_sum = torch.zeros(numel, dtype=torch.float64)
+    steps, syncs, applied, missed = [], [], -1, 0
+    _barrier(aux, "the start barrier", cfg.timeout, rank)
+    t_start = time.perf_counter()
+    if pa is not None:
+        pa.start(t_start)
+    for t in range(cfg.iterations):
+        if cfg.barrier:
+            _barrier(aux, f"the barrier of step {t}", cfg.timeout, rank)
+        t0 = time.perf_counter()
+        _fail_here(cfg, rank, t)
+        b = t % cfg.shard_batches
+        x, y = xs[b * cfg.batch:(b + 1) * cfg.batch], ys[b * cfg.batch:(b + 1) * cfg.batch]
+        loss = torch.nn.functional.mse_loss((ddp or model)(x), y)
+        pause = t0 + cfg.step_times[t][rank] - time.perf_counter()
+        if pause > 0:
+            time.sleep(pause)
+        t_call = time.perf_counter()
+        if ddp is not None:
+            opt.zero_grad(set_to_none=False)
+            try:
+                loss.backward()  # DDP's gloo all-reduce runs inside
+            except Exception as e:
+                raise transfer_failure(f"rank {rank}: DDP's all-reduce of step {t} failed", e) from None
+            grad_sum += _flat([p.grad for p in params]).double()
+            opt.step()
+        else:
+            grad = _flat(torch.autograd.grad(loss, params))
+            grad_sum += grad.double()
+            pa.arrive(t, grad)
+            r, latest = pa.wait_round(t)
+            if r > applied:
+                with torch.no_grad():
+                    vec = _flat([p.data for p in params]) - cfg.lr / cfg.processes * latest
+                    torch.nn.utils.vector_to_parameters(vec, params)
+                missed += r - applied - 1  # rounds overwritten in the receive buffer before this process looked
+                applied = r
+        t_end = time.perf_counter()
+        steps.append((t0 - t_start, t_call - t0, t_end - t_call, float(loss.detach())))
+        if cfg.model_sync_every and (t + 1) % cfg.model_sync_every == 0:
+            syncs.append(_model_sync(model, aux, cfg, rank, t))
+    t_done = time.perf_counter()
+    result = {"rank": rank, "steps": steps, "t_done": t_done - t_start, "syncs": syncs, "grad_sum": grad_sum,
+              "params": _flat([p.data for p in params]).clone()}
+    if pa is not None:
+        pa.join()
+        queued, n_queued = pa.queued()
+        result.update(records=[asdict(r) for r in pa.records], initiated=pa.initiated, missed=missed,
+                      max_staleness=pa.max_staleness, reduced_sum=pa.reduced_sum, queued=queued.double(),
+                      n_queued=n_queued)
+    _leave(store, cfg, rank)
+    return result
+
+
+def _leave(store, cfg, rank):
+    """End together: the store lives in rank 0, which must outlast every other rank's last use of it."""
+    try:
+        if store.add("eager/done", 1) == cfg.processes:
+            store.set("eager/all-done", "1")
+        store.wait(["eager/all-done"], seconds(cfg.timeout))
+        if rank:
+            store.add("eager/left", 1)
+            return
+        deadline = time.monotonic() + cfg.timeout
+        while store.add("eager/left", 0) < cfg.processes - 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    except Exception as e:
+        raise transfer_failure(f"rank {rank}: the end of the job failed", e) from None
+
+
+# -- the launcher ----------------------------------------------------------------------------------
+
+def train_allreduce(cfg: EagerConfig, timeout: float | None = None, workdir: str | None = None) -> EagerRun:
+    """Run the job as ``cfg.processes`` local processes and summarise it.
+
+    Parameters
+    ----------
+    cfg : EagerConfig
+    timeout : float, optional
+        Limit of the whole job in seconds (default: generous, from the settings).
+    workdir : str, optional
+        Where the job directory is made.
+
+    Raises
+    ------
+    EagerTrainingError
+        A rank failed, stalled or died; the message quotes each failed rank.
+    """
+    import torch
+    limit = timeout or (120 + cfg.timeout * 2 + sum(max(row) for row in cfg.step_times) * 3 + cfg.iterations * 0.5)
+    job = launcher.launch_ranks(__name__, asdict(cfg), cfg.processes, job_timeout=limit, grace=cfg.timeout + 5,
+                                workdir=workdir, prefix="dlsched-eager-", kind="eager-SGD",
+                                refused=EagerConfigError, failed=EagerTrainingError)
+    res = job.results
+    x, y = hyperplane(cfg.dim, 2048, cfg.seed, VALIDATION_PART, cfg.noise)
+    w = res[0]["params"]
+    final = float(torch.mean((x @ w[:-1, None] + w[-1] - y) ** 2))
+    spread = max(float((r["params"] - w).abs().max()) for r in res)
+    iters = [r["steps"][-1][0] + r["steps"][-1][1] + r["steps"][-1][2] for r in res]
+    lat = [s[2] for r in res for s in r["steps"]]
+    common = dict(collective=cfg.collective, processes=cfg.processes, iterations=cfg.iterations,
+                  iteration_s_per_process=[i / cfg.iterations for i in iters],
+                  mean_iteration_s=sum(iters) / len(iters) / cfg.iterations,
+                  mean_latency_s=sum(lat) / len(lat), final_loss=final, replica_spread=spread,
+                  extra={"results": res})
+    if cfg.collective == "ddp":
+        wall = res[0]["steps"][-1][0] + res[0]["steps"][-1][1] + res[0]["steps"][-1][2]
+        return EagerRun(wall_s=wall, steps_per_s=cfg.iterations / wall, mean_nap=float(cfg.processes),
+                        nap=[cfg.processes] * cfg.iterations, mean_staleness=0.0, max_staleness=0, missed_rate=0.0,
+                        queued_at_end=0, initiators=[], **common)
+    recs = res[0]["records"]
+    wall = recs[-1]["done_s"]
+    grads = sum(r["gradients"] for r in recs)
+    initiators = _initiators(cfg, res)
+    # a round whose result a process never applied (it lagged and saw a later one) is a missed update
+    missed = sum(r["missed"] for r in res)
+    return EagerRun(wall_s=wall, steps_per_s=cfg.iterations / wall,
+                    mean_nap=sum(sum(r["fresh"]) for r in recs) / len(recs),
+                    nap=[sum(r["fresh"]) for r in recs],
+                    mean_staleness=sum(r["staleness_sum"] for r in recs) / max(grads, 1),
+                    max_staleness=max(r["max_staleness"] for r in res),
+                    missed_rate=missed / (cfg.processes * cfg.iterations),
+                    queued_at_end=sum(r["n_queued"] for r in res), initiators=initiators, **common)
+
+
+def _initiators(cfg, res) -> list:
+    """The initiator of every round: the store's first arrival (solo) or the agreed draw (majority)."""
+    if cfg.collective == "majority":
+        return [r["initiator"] for r in res[0]["records"]]
+    who = [None] * cfg.iterations
+    for r in res:
+        for t in r["initiated"]:
+            who[t] = r["rank"]
+    return who
+
+
+def main(argv=None):
+    launcher.rank_main(argv, "one rank of an eager-SGD job", run_rank)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
