@@ -4,6 +4,8 @@
 before its loop was rewritten around link-sharing policies (issue 14, item 7):
 the rewrite must reproduce it bit for bit. Regenerate it only for an intended
 change of the model, with ``python -m tests.test_multiworker --record``.
+(Issue 11 re-recorded the efficiencies alone — multi-worker bounds, the
+workers' own E, model errors — with every time and order unchanged.)
 """
 from __future__ import annotations
 
@@ -118,11 +120,11 @@ def observe(case, monkeypatch=None) -> dict:
               "times": digest(list(r.timeline["start"]) + list(r.timeline["end"]) + list(r.timeline["priority"]))}
     return {
         "makespan": [float(v).hex() for v in pw["makespan"]],
-        "efficiency": digest(pw["efficiency"]), "wait": digest(pw["wait"]),
+        "efficiency": digest(pw["efficiency"]), "model_error": digest(pw["model_error"]), "wait": digest(pw["wait"]),
         "worker": pw["worker"].tolist(), "iteration": pw["iteration"].tolist(),
         "iteration_time": [float(v).hex() for v in pi["iteration_time"]],
         "straggler_share": [float(v).hex() for v in pi["straggler_share"]],
-        "mean_efficiency": [float(v).hex() for v in pi["mean_efficiency"]],
+        "iteration_efficiency": [float(v).hex() for v in pi["efficiency"]],
         "summary": hashlib.sha256(json.dumps(r.summary(), sort_keys=True).encode()).hexdigest()[:20],
         "progress": {"calls": len(calls), "first": calls[:3], "last": calls[-1:],
                      "all": hashlib.sha256(repr(calls).encode()).hexdigest()[:20]},

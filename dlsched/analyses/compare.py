@@ -142,11 +142,15 @@ class RunResult:
         Its mean over iterations (0 for one worker).
     summary : dict
         Several workers or iterations only: ``iteration_time``,
-        ``straggler_share`` and ``worker_efficiency`` (mean, p50, p95, min, max).
+        ``straggler_share``, ``iteration_efficiency`` (``E_W``) and
+        ``worker_efficiency`` (each worker's own E) (mean, p50, p95, min, max).
     per_worker, per_iteration : list of dict
         Several workers or iterations only: each worker's means, each iteration's figures.
     timeline : pandas.DataFrame or None
         The first iteration's ops, when the run kept them.
+    efficiency, first_efficiency : float
+        E of the run (the mean of its iterations' ``E_W``; one worker and
+        iteration: TicTac's E of the makespan) and of its first iteration, in [0, 1].
     """
 
     makespan: float
@@ -156,6 +160,8 @@ class RunResult:
     per_worker: list = field(default_factory=list)
     per_iteration: list = field(default_factory=list)
     timeline: object = None
+    efficiency: float = 1.0
+    first_efficiency: float = 1.0
 
     @property
     def multi(self) -> bool:
@@ -180,35 +186,51 @@ def run_order(graph: Graph, times: Mapping[str, float], priorities: Mapping[str,
     (False, True, 2)
     """
     if not (workers > 1 or iterations > 1 or jitter > 0):
+        from .bounds import bounds
+        from .multiworker_bounds import rate
         from .simulate import simulate
 
         s = simulate(graph, times, priorities, seed=seed)
         if progress is not None:
             progress(len(graph))
-        return RunResult(s.makespan, s.makespan, timeline=s.frame() if keep_timeline else None)
+        b = bounds(graph, times)
+        e = _nan_if_none(rate(s.makespan, b.upper, b.lower).efficiency)
+        return RunResult(s.makespan, s.makespan, timeline=s.frame() if keep_timeline else None, efficiency=e,
+                         first_efficiency=e)
     from .multiworker import simulate_workers
 
     r = simulate_workers(graph, times, workers=workers, priorities=priorities, iterations=iterations, seed=seed,
                          jitter=jitter, sharing=sharing, keep_timeline=keep_timeline, progress=progress)
     summary = r.summary()
     pw = r.per_worker.groupby("worker").agg(makespan=("makespan", "mean"), efficiency=("efficiency", "mean"),
-                                            wait=("wait", "mean")).reset_index()
+                                            model_error=("model_error", "mean"), wait=("wait", "mean")).reset_index()
     per_iter = []
     for it, grp in r.per_worker.groupby("iteration"):
         row = r.per_iteration.iloc[int(it)]
         per_iter.append({"iteration": int(it), "iteration_time": float(row["iteration_time"]),
-                         "straggler_share": float(row["straggler_share"]),
-                         "makespans": [float(x) for x in grp.sort_values("worker")["makespan"]]})
+                         "straggler_share": float(row["straggler_share"]), "efficiency": float(row["efficiency"]),
+                         "makespans": [float(x) for x in grp.sort_values("worker")["makespan"]],
+                         "efficiencies": [None if x != x else float(x)
+                                          for x in grp.sort_values("worker")["efficiency"]]})
+    records = pw.to_dict(orient="records")
+    for rec in records:  # a worker whose every iteration was a model error has no efficiency
+        rec["efficiency"] = None if rec["efficiency"] != rec["efficiency"] else rec["efficiency"]
     return RunResult(
         makespan=summary["iteration_time"]["mean"],
         first_makespan=float(r.per_iteration["iteration_time"].iloc[0]),
         straggler_share=summary["straggler_share"]["mean"],
-        summary={k: summary[k] for k in ("iteration_time", "straggler_share")}
-        | {"worker_efficiency": summary["efficiency"]},
-        per_worker=pw.to_dict(orient="records"),
+        summary={k: summary[k] for k in ("iteration_time", "straggler_share", "worker_efficiency")}
+        | {"iteration_efficiency": summary["efficiency"]},
+        per_worker=records,
         per_iteration=per_iter,
         timeline=r.timeline,
+        efficiency=_nan_if_none(summary["efficiency"]["mean"]),
+        first_efficiency=float(r.per_iteration["efficiency"].iloc[0]),
     )
+
+
+def _nan_if_none(e: float | None) -> float:
+    return float("nan") if e is None else float(e)
 
 
 def plan_runs(graph: Graph, times: Mapping[str, float] | None, orders: Sequence[str], seed: int = 0,
@@ -235,19 +257,15 @@ def _offset(bar, offset: float):
     return None if bar is None else (lambda done, total=None: bar(offset + done))
 
 
-def order_rows(orders: Sequence[str], runs: Sequence[Run], results: Sequence[RunResult], upper: float,
-               lower: float):
-    """One row per order: the mean makespan over its runs, its efficiency E, the mean straggler share."""
+def order_rows(orders: Sequence[str], runs: Sequence[Run], results: Sequence[RunResult]):
+    """One row per order: the means over its runs of the makespan, the efficiency E and the straggler share."""
     import pandas as pd
-
-    from .bounds import schedule_efficiency
 
     rows = []
     for name in orders:
         mine = [res for run, res in zip(runs, results) if run.algorithm == name]
-        span = statistics.fmean(r.makespan for r in mine)
-        rows.append({"algorithm": name, "makespan": span,
-                     "efficiency": float(schedule_efficiency(upper, lower, span)),
+        rows.append({"algorithm": name, "makespan": statistics.fmean(r.makespan for r in mine),
+                     "efficiency": statistics.fmean(r.efficiency for r in mine),
                      "straggler_share": statistics.fmean(r.straggler_share for r in mine)})
     return pd.DataFrame(rows, columns=COLUMNS)
 
@@ -281,7 +299,7 @@ def compare_orders(graph: Graph, times: Mapping[str, float], orders: Sequence[st
     -------
     pandas.DataFrame
         Columns ``algorithm, makespan, efficiency, straggler_share``; E is
-        against the single-worker bounds U and L.
+        against the bounds of all the workers (DESIGN §4.6), in [0, 1].
 
     Raises
     ------
@@ -296,9 +314,6 @@ def compare_orders(graph: Graph, times: Mapping[str, float], orders: Sequence[st
     >>> rows.algorithm.tolist(), bool((rows.straggler_share >= 0).all())
     (['tic', 'unordered'], True)
     """
-    from .bounds import bounds
-
     runs = plan_runs(graph, times, orders, seed, given, time_limit, max_work, reporter)
-    b = bounds(graph, times)
     results = simulate_runs(graph, times, runs, workers, iterations, jitter, sharing, reporter)
-    return order_rows(orders, runs, results, float(b.upper), float(b.lower))
+    return order_rows(orders, runs, results)

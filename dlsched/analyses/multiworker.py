@@ -34,11 +34,14 @@ time), seeded by ``seed``. ``σ = 0`` (default) gives identical iterations for
 enforced orders; ``σ`` above :data:`MAX_JITTER` is refused, since the median
 factor ``exp(−σ²/2)`` then rounds most ops down to nothing.
 
-Reported per iteration: the iteration time (slowest worker), each worker's
-makespan and scheduling efficiency ``E`` (against the single-worker bounds
-``U``/``L`` of the oracle; with shared links ``E`` can fall below 0 because a
-worker waits for others' transfers), and the **straggler share**
-``(max_i m_i − min_i m_i) / max_i m_i``.
+Reported per iteration: the iteration time ``T`` (slowest worker), its
+efficiency ``E_W`` against the bounds of all ``W`` workers sharing the links,
+each worker's makespan and its own efficiency from its realised op durations
+(:mod:`dlsched.analyses.multiworker_bounds`), and the **straggler share**
+``(max_i m_i − min_i m_i) / max_i m_i``. ``E_W`` always lies in [0, 1]. A
+worker's own ``E`` is NaN with a positive model error when it sat idle while
+its transfers queued behind other workers' (``serial`` links): its own
+bounds do not count that wait.
 """
 from __future__ import annotations
 
@@ -67,14 +70,20 @@ class MultiWorkerResult:
     Attributes
     ----------
     per_worker : pandas.DataFrame
-        One row per (iteration, worker): ``iteration``, ``worker``,
-        ``makespan``, ``efficiency``, ``iteration_time``, ``wait`` (time spent
-        waiting for the slowest worker).
+        One row per (iteration, worker): the columns
+        :data:`~dlsched.analyses.multiworker_bounds.PER_WORKER` (``makespan``;
+        ``upper``, ``lower``, ``efficiency`` and ``model_error`` from the
+        worker's realised durations; ``wait`` for the slowest worker) and
+        ``iteration_time``.
     per_iteration : pandas.DataFrame
-        One row per iteration: ``iteration``, ``iteration_time``,
-        ``fastest``, ``slowest``, ``straggler_share``, ``mean_efficiency``.
+        One row per iteration: the columns
+        :data:`~dlsched.analyses.multiworker_bounds.PER_ITERATION`
+        (``iteration_time``, ``straggler_share``; ``upper``, ``lower``,
+        ``efficiency`` ``E_W`` and ``model_error`` from the iteration's op times).
     upper, lower : float
-        Single-worker bounds ``U`` and ``L`` of the oracle (TicTac §3.2).
+        The oracle's bounds ``U_W`` and ``L_W`` for ``workers`` workers
+        (:func:`~dlsched.analyses.multiworker_bounds.multiworker_bounds`;
+        TicTac §3.2's ``U``, ``L`` for one).
     timeline : pandas.DataFrame
         The first iteration's ops: ``worker``, ``op``, ``kind``, ``resource``,
         ``start``, ``end``, ``priority`` (for trace and Gantt exports).
@@ -92,22 +101,20 @@ class MultiWorkerResult:
     extra: dict = field(default_factory=dict)
 
     def summary(self) -> dict:
-        """Mean, p50 and p95 of the iteration time, straggler share and efficiency."""
+        """Mean, p50, p95, min and max of the iteration time, straggler share, ``E_W`` (``efficiency``) and
+        the workers' own E (``worker_efficiency``, over the workers that have one; ``None`` if none has)."""
+        from .multiworker_bounds import _stats
+
         it = self.per_iteration
-
-        def stats(col):
-            v = it[col].to_numpy(dtype=float)
-            return {"mean": float(v.mean()), "p50": float(np.percentile(v, 50)), "p95": float(np.percentile(v, 95)),
-                    "min": float(v.min()), "max": float(v.max())}
-
         return {
             "workers": self.workers,
             "iterations": self.iterations,
             "sharing": self.sharing,
             "enforced": self.enforced,
-            "iteration_time": stats("iteration_time"),
-            "straggler_share": stats("straggler_share"),
-            "efficiency": stats("mean_efficiency"),
+            "iteration_time": _stats(it["iteration_time"]),
+            "straggler_share": _stats(it["straggler_share"]),
+            "efficiency": _stats(it["efficiency"]),
+            "worker_efficiency": _stats(self.per_worker["efficiency"]),
         }
 
     def summary_frame(self):
@@ -344,12 +351,14 @@ def simulate_workers(graph: Graph, times: Mapping[str, float], workers: int = 2,
                            "mean, which describes no real machine (measured op noise is typically below 0.3)")
     if sharing not in LINK_POLICIES:
         raise DlschedError(f"unknown link sharing {sharing!r}; expected one of {', '.join(LINK_POLICIES)}")
-    from .bounds import bounds, schedule_efficiency
+    from .multiworker_bounds import PER_ITERATION, PER_WORKER, multiworker_bounds, rate_iteration
 
     sg = compile_graph(graph, times)
-    b = bounds(graph, times)
+    b = multiworker_bounds(graph, times, workers)
     upper, lower = float(b.upper), float(b.lower)
     base = np.asarray(sg.dur, dtype=float)
+    res = np.asarray(sg.res, dtype=np.intp)
+    link = np.asarray([not r.startswith("compute") for r in sg.resources], dtype=bool)
     rng = np.random.default_rng(seed)
     enforced = priorities is not None
     fixed_rank = transfer_ranks(sg, priorities, seed, "canonical") if enforced else None
@@ -375,14 +384,11 @@ def simulate_workers(graph: Graph, times: Mapping[str, float], workers: int = 2,
         if progress is not None:
             progress((it + 1) * per_iteration, total)
         spans = [max(e, default=0.0) for e in end]
-        slow, fast = max(spans), min(spans)
-        effs = [float(schedule_efficiency(upper, lower, m)) for m in spans]
-        for w in range(workers):
-            rows.append({"iteration": it, "worker": w, "makespan": spans[w], "efficiency": effs[w],
-                         "iteration_time": slow, "wait": slow - spans[w]})
-        its.append({"iteration": it, "iteration_time": slow, "fastest": fast, "slowest": slow,
-                    "straggler_share": (slow - fast) / slow if slow > 0 else 0.0,
-                    "mean_efficiency": float(np.mean(effs))})
+        worker_rows, row = rate_iteration(spans, *_loads(res, link, start, end, durs), iteration=it)
+        for r in worker_rows:
+            r["iteration_time"] = row["iteration_time"]
+        rows += worker_rows
+        its.append(row)
         if it == 0 and keep_timeline:
             frames = []
             for w in range(workers):
@@ -393,5 +399,17 @@ def simulate_workers(graph: Graph, times: Mapping[str, float], workers: int = 2,
                     "start": start[w], "end": end[w],
                     "priority": [p.get(nm, np.nan) for nm in sg.names]}))
             timeline = pd.concat(frames, ignore_index=True)
-    return MultiWorkerResult(pd.DataFrame(rows), pd.DataFrame(its), upper, lower, workers, iterations, sharing,
+    return MultiWorkerResult(pd.DataFrame(rows, columns=PER_WORKER + ["iteration_time"]),
+                             pd.DataFrame(its, columns=PER_ITERATION), upper, lower, workers, iterations, sharing,
                              enforced, timeline)
+
+
+def _loads(res, link, start, end, durs) -> tuple[list[list[float]], list[float]]:
+    """One iteration's loads: each worker's realised time per resource (a transfer's time on the wire), and
+    every resource of the cluster's work (each worker's compute resources; each link, all workers' transfers)."""
+    K = len(link)
+    realised = np.asarray(end, dtype=float) - np.asarray(start, dtype=float)
+    work = np.asarray(durs, dtype=float)
+    own = [np.bincount(res, weights=d, minlength=K).tolist() for d in realised]
+    per = np.stack([np.bincount(res, weights=d, minlength=K) for d in work])
+    return own, per[:, ~link].ravel().tolist() + per[:, link].sum(axis=0).tolist()
