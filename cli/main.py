@@ -28,10 +28,12 @@ COMMANDS = {
     "order": ("dlsched.cli.order_cmd", "order", "Write a parameter-transfer priority file (TIC, TAC, …)."),
     "simulate": ("dlsched.cli.simulate_cmd", "simulate", "Simulate iterations under a transfer order."),
     "plan-batch": ("dlsched.cli.plan_batch_cmd", "plan_batch", "Memory-bounded batch plans, per worker."),
+    "replay-batch": ("dlsched.cli.batch_policy_cmd", "replay_batch", "Replay a speed trace against batch policies."),
     "plan-cluster": ("dlsched.cli.plan_cluster_cmd", "plan_cluster", "Devices and parameter servers for a target."),
     "snapshot": ("dlsched.cli.check_cmd", "snapshot", "Record a CI baseline of a model's figures."),
     "check": ("dlsched.cli.check_cmd", "check", "Compare a model against a CI baseline."),
     "net-peer": ("dlsched.cli.net_peer_cmd", "net_peer", "Serve network measurements for --measure-network."),
+    "validate": ("dlsched.cli.validate_cmd", "validate", "Run a real PS cluster per order; predicted vs measured."),
 }
 
 

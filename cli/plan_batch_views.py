@@ -51,11 +51,17 @@ def print_split(answer):
                   str(r.batch), unit(r.time), f"{r.weight:.3f}", eq)
     console.print(t)
     d = plan.to_dict()
+    comm = any("S_p/B" in w.source for w in plan.workers)
     console.print("weight = n·b/X, the factor on each worker's gradient that keeps the aggregate unbiased; "
-                  "time = compute only")
+                  + ("time = compute + S_p/B on workers with a bandwidth" if comm else "time = compute only"))
+    if d["remove_workers"]:
+        console.print(f"[bold yellow]remove {', '.join(d['remove_workers'])}[/]: the plan gives "
+                      f"{'it' if len(d['remove_workers']) == 1 else 'them'} no samples; the others finish the global "
+                      "batch sooner than its fixed cost alone (paper 002 §3.3: restart without that worker)")
     console.print(f"iteration time = slowest worker's compute + {unit(d['transfer_time'])} of transfers that "
                   "compute does not hide (simulated single-worker iteration under TAC)"
                   if d["transfer_time"] is not None else
+                  "iteration time = slowest worker's compute + its S_p/B" if comm else
                   "iteration time = slowest worker's compute; transfers not included (they need --oracle)")
     if d["equal_split_violations"]:
         console.print(f"iteration time: plan {unit(d['iteration_time'])}; the equal split "

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -130,4 +132,28 @@ def test_interpolated_curve_is_monotone_and_extrapolates():
     c = interpolated_time_curve({4: 1.0, 8: 0.9, 16: 2.0})
     assert c(8) == 1.0  # running maximum removes the dip
     assert c(32) == pytest.approx(2.0 + 16 * (1.0 / 8))
-    assert c(0) == 0.0
+    # below the smallest batch the first segment (flat here) extends: the fixed cost stays, no line to the origin
+    assert c(0) == c(2) == 1.0
+
+
+def test_curve_below_smallest_batch_keeps_the_fixed_cost():
+    # issue 13: fast 0.05 + 0.005·b, slow 0.3 + 0.03·b, measured at 16/32/64, X = 40
+    true = {"fast": lambda b: 0.05 + 0.005 * b, "slow": lambda b: 0.3 + 0.03 * b}
+    specs = [WorkerSpec(n, 64, interpolated_time_curve({b: f(b) for b in (16, 32, 64)}), linear=False)
+             for n, f in true.items()]
+    plan = plan_workers(specs, 40)
+    assert plan.batches == [40, 0]
+    assert plan.iteration_time == pytest.approx(0.25)
+    achieved = max(true[w.name](b) for w, b in zip(plan.workers, plan.batches) if b > 0)
+    assert achieved == pytest.approx(0.25)
+    assert plan.removed == ["slow"] and plan.to_dict()["remove_workers"] == ["slow"]
+    assert specs[1].curve(4) == pytest.approx(0.42)  # the true time of 4 samples, not 0.195 through the origin
+
+
+def test_curve_clamps_a_convex_start_at_the_fit_intercept():
+    c = interpolated_time_curve({16: 0.1, 32: 0.5, 64: 1.3})   # extension would reach 0 at b = 12
+    intercept = float(np.polyfit([16, 32, 64], [0.1, 0.5, 1.3], 1)[1])
+    assert c(0) == pytest.approx(max(0.0, intercept))
+    assert all(c(b) <= c(b + 1) for b in range(0, 80))
+    one = interpolated_time_curve({8: 0.4})  # a single point: nothing to extend, scales through the origin
+    assert one(4) == pytest.approx(0.2)

@@ -376,3 +376,43 @@ def simulate_policies(trace: SpeedTrace, policies, global_batch: int, *, caps=No
             phases[spec] = policy.fine_since
     return OnlineSimResult(pd.concat(steps, ignore_index=True), pd.concat(iters, ignore_index=True), trace,
                            global_batch, warnings, phases)
+
+
+DEFAULT_POLICIES = ("bsp", "static", "lbbsp-cpu:ema", "lbbsp-gpu")
+
+
+def replay_batch(policies=DEFAULT_POLICIES, global_batch: int | None = None, *, scenario: str | None = None,
+                 trace_path=None, workers: int | None = None, iterations: int | None = None, noise: float = 0.0,
+                 seed: int = 0, caps=None) -> OnlineSimResult:
+    """Build a trace (a built-in ``scenario`` or a measured ``trace_path``) and run the policies over it.
+
+    Defaults: the ``step`` scenario; 4 workers (32 for ``table3``); 300 iterations (400 for ``fig8``, 2,000 for
+    ``table3``); a global batch of 128 for ``fig8``, else 32 per worker.
+
+    Raises
+    ------
+    DlschedError
+        Both or a bad trace, ``workers`` that disagree with the trace file, a bad policy or global batch.
+
+    Examples
+    --------
+    >>> res = replay_batch(["lbbsp-gpu"], scenario="fig8", iterations=60)
+    >>> res.summary().final_batches[0]
+    [89, 21, 12, 6]
+    """
+    if trace_path is not None and scenario is not None:
+        raise DlschedError("give either a built-in scenario or a trace file, not both")
+    if trace_path is not None:
+        trace = read_trace(trace_path)
+        if workers is not None and workers != trace.workers:
+            raise DlschedError(f"the trace {trace_path} has {trace.workers} workers, not the {workers} asked for")
+        if iterations is not None and iterations != trace.iterations:
+            raise DlschedError(f"the trace {trace_path} has {trace.iterations} iterations, not {iterations}")
+    else:
+        scenario = scenario or "step"
+        n = workers or (32 if scenario == "table3" else 4)
+        k = iterations or {"fig8": 400, "table3": 2000}.get(scenario, 300)
+        trace = scenario_trace(scenario, n, k, seed=seed, noise=noise)
+    if global_batch is None:
+        global_batch = 128 if trace.name == "fig8" else 32 * trace.workers
+    return simulate_policies(trace, list(policies), global_batch, caps=caps, seed=seed)

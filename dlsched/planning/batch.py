@@ -167,12 +167,26 @@ def oracle_time_curve(path, graph, batch: int) -> Callable[[float], float]:
 def interpolated_time_curve(points: dict[int, float]) -> Callable:
     """Piecewise-linear, monotone ``t(b)`` through measured ``{batch: seconds}``.
 
-    Below the smallest batch it scales towards 0 at ``b = 0``; above the largest
-    it extends the last segment's slope. Times are made non-decreasing by a
-    running maximum (a measurement that got faster with a bigger batch is noise
-    for the planner, which needs monotone curves).
+    Real steps have a fixed cost ``Γ(0) > 0`` (launch overhead, the optimizer,
+    transfers; paper ``002_*`` §3.3.1), so below the smallest measured batch
+    ``b₁`` the curve extends the segment of the two smallest measured batches,
+    ``t(b) = t₁ + (t₂ − t₁)/(b₂ − b₁)·(b − b₁)``, clamped from below at the
+    intercept of the least-squares line through all points (and at 0): a
+    convex start is not extrapolated below what the points as a whole say.
+    With one point there is no slope to extend and the curve scales through
+    the origin. Above the largest batch it extends the last segment's slope.
+    Times are made non-decreasing by a running maximum (a measurement that got
+    faster with a bigger batch is noise for the planner, which needs monotone
+    curves). ``t(0)`` is the fixed cost; a worker given no samples does not
+    run, which the planners treat separately (:func:`dlsched.planning.hetero.split_exact`).
 
     Works on scalars and numpy arrays.
+
+    Examples
+    --------
+    >>> c = interpolated_time_curve({16: 0.78, 32: 1.26, 64: 2.22})   # 0.3 + 0.03·b
+    >>> round(c(0), 6), round(c(4), 6), round(c(100), 6)
+    (0.3, 0.42, 3.3)
     """
     import numpy as np
 
@@ -184,8 +198,14 @@ def interpolated_time_curve(points: dict[int, float]) -> Callable:
     ts = np.maximum.accumulate(np.array([float(points[int(b)]) for b in bs]))
     if (ts < 0).any():
         raise DlschedError("time-curve times must be ≥ 0")
+    if len(bs) == 1:
+        start = 0.0
+    else:
+        fit_intercept = np.polyfit(bs, ts, 1)[1]
+        start = ts[0] - (ts[1] - ts[0]) / (bs[1] - bs[0]) * bs[0]
+        start = min(ts[0], max(start, fit_intercept, 0.0))
     xs = np.concatenate([[0.0], bs])
-    ys = np.concatenate([[0.0], ts])
+    ys = np.concatenate([[start], ts])
     slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
 
     def curve(b):

@@ -16,6 +16,8 @@ Cluster file (``plan-batch --cluster cluster.yaml``)::
         memory: 12GiB
         times: {8: 0.11, 16: 0.20, 32: 0.41}   # measured seconds per step by batch:
                                                # piecewise-linear curve → exact solver
+        bandwidth: 1Gbps       # optional, any worker: its time adds S_p / B (the model's
+                               # parameter bytes over this link) → exact solver
 
 A worker gives at most one of ``speed``, ``oracle``, ``times``. On the command
 line, ``--worker NAME:MEMORY[:SPEED]`` gives a speed-only worker.
@@ -26,7 +28,7 @@ Examples
 --------
 >>> cluster = parse_cluster({"global_batch": 64, "workers": [{"name": "a", "memory": "1KiB", "speed": 2}]}, "c.yaml")
 >>> cluster.global_batch, cluster.margin, cluster.workers
-(64, None, [Worker(name='a', memory=1024, speed=2.0, oracle=None, times=None)])
+(64, None, [Worker(name='a', memory=1024, speed=2.0, oracle=None, times=None, bandwidth=None)])
 >>> parse_workers(["gpu0:16GiB:1.5"]).workers[0].speed
 1.5
 """
@@ -42,7 +44,7 @@ from dlsched.units import parse_quantity
 from . import batch as batchplan
 from .hetero import WorkerSpec
 
-KEYS = ("name", "memory", "speed", "oracle", "times")
+KEYS = ("name", "memory", "speed", "oracle", "times", "bandwidth")
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,8 @@ class Worker:
         This device's own time-oracle file.
     times : dict or None
         Measured seconds per step by batch.
+    bandwidth : float or None
+        Bytes/s of the worker's link: its time adds ``S_p / B`` (parameter bytes over the link).
     """
 
     name: str
@@ -67,6 +71,7 @@ class Worker:
     speed: float = 1.0
     oracle: str | None = None
     times: dict | None = None
+    bandwidth: float | None = None
 
     @property
     def timed(self) -> bool:
@@ -132,7 +137,8 @@ def _worker(w, where: str, path: str, base: Path, taken: list[str]) -> Worker:
         oracle = str(w["oracle"]) if Path(str(w["oracle"])).is_absolute() else str((base / str(w["oracle"])).resolve())
     return Worker(name, parse_quantity("bytes", w["memory"], f"{where}: memory"),
                   _speed(w["speed"], where) if "speed" in w else 1.0, oracle,
-                  _times(w["times"], where) if "times" in w else None)
+                  _times(w["times"], where) if "times" in w else None,
+                  parse_quantity("bandwidth", w["bandwidth"], f"{where}: bandwidth") if "bandwidth" in w else None)
 
 
 def parse_cluster(doc, path: str, base: str | Path = ".") -> Cluster:
@@ -203,7 +209,7 @@ def parse_workers(texts) -> Cluster:
     Examples
     --------
     >>> parse_workers(["a:1KiB", "b:2KiB:3"]).workers[1]
-    Worker(name='b', memory=2048, speed=3.0, oracle=None, times=None)
+    Worker(name='b', memory=2048, speed=3.0, oracle=None, times=None, bandwidth=None)
     """
     workers = []
     for text in texts:
@@ -284,6 +290,10 @@ def worker_specs(workers, estimate, margin: float, reference: batchplan.TimeRefe
         else:
             specs.append(WorkerSpec(w.name, cap, (lambda b, s=w.speed: reference.curve(b) / s), speed=w.speed,
                                     memory=w.memory, linear=reference.linear, source=f"speed × {reference.source}"))
+    for spec, w in zip(specs, workers):
+        if w.bandwidth is not None:  # t_i(b) = compute_i(b) + S_p / B_i: a fixed cost, so no closed form
+            spec.curve = (lambda b, c=spec.curve, x=estimate.param_bytes / w.bandwidth: c(b) + x)
+            spec.linear, spec.source = False, f"{spec.source} + S_p/B ({estimate.param_bytes / w.bandwidth:.3g})"
     if not timed:
         return specs, reference.unit, reference.source
     return specs, "s", reference.source if reference.unit == "s" else "each worker's own oracle or measured times"

@@ -228,6 +228,11 @@ class HeteroPlan:
         """Workers whose equal share exceeds their memory cap."""
         return [w.name for w, b in zip(self.workers, self.equal) if b > w.max_batch]
 
+    @property
+    def removed(self) -> list[str]:
+        """Workers the plan gives no samples: the cluster is faster without them (remove them)."""
+        return [w.name for w, b in zip(self.workers, self.batches) if b == 0]
+
     def weights(self) -> list[float]:
         n, X = len(self.workers), self.global_batch
         return [n * b / X if X else 0.0 for b in self.batches]
@@ -267,6 +272,7 @@ class HeteroPlan:
             "equal_split_time": eq,
             "equal_split_fits_memory": not self.equal_split_violations,
             "equal_split_violations": self.equal_split_violations,
+            "remove_workers": self.removed,
             "gain": eq / self.iteration_time if self.iteration_time > 0 else None,
         }
 
