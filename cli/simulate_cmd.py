@@ -1,4 +1,4 @@
-"""``dlsched simulate MODEL --oracle O``: simulated iterations under a transfer order."""
+"""``dlsched simulate MODEL --oracle O``: simulated iterations under a transfer order, or data-parallel collectives."""
 from __future__ import annotations
 
 import click
@@ -6,13 +6,14 @@ import click
 from dlsched import limits
 from dlsched.analyses.orders import ORDERS
 
-from .common import (NONNEG_FLOAT, POSITIVE_INT, SEED, column_table, console, emit_json, exclusive, fmt_seconds,
-                     key_value_table, load_graph, max_work_option, model_options, oracle_options, progress)
+from .common import (NONNEG_FLOAT, POSITIVE_INT, SEED, emit_json, exclusive, load_graph, max_work_option,
+                     model_options, oracle_options, progress)
+from .simulate_views import collective_options, print_collectives, print_orders
 
 
 @click.command()
-@model_options
-@oracle_options(required=True)
+@model_options(required=False)
+@oracle_options(required=False)
 @click.option("--priorities", "priority_path", type=click.Path(dir_okay=False), default=None,
               help="Priority file (from dlsched order) to enforce.")
 @click.option("--algo", type=click.Choice(ORDERS), default=None,
@@ -33,31 +34,54 @@ from .common import (NONNEG_FLOAT, POSITIVE_INT, SEED, column_table, console, em
               help="Gantt colours: transfers by priority rank, or every op by kind.")
 @click.option("--compare", default=None, help="Orders to compare side by side, e.g. tic,tac,random,topo.")
 @max_work_option(limits.SIMULATE, limits.EXACT)
+@collective_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 def simulate(oracle, default_time, rescale_batch, priority_path, algo, workers, iterations, seed, jitter, sharing,
-             time_limit, trace_out, plot, color_by, compare, max_work, as_json, **model_kw):
+             time_limit, trace_out, plot, color_by, compare, max_work, as_json, collective, step_time, imbalance,
+             bucket_mb, gradient_size, algorithm, latency, bandwidth, activation, **model_kw):
     """Simulate MODEL's iterations under a transfer order (DESIGN §4.6).
 
     Prints the makespan and scheduling efficiency E; with several workers or
     iterations also the iteration time and the straggler share (mean, p50, p95).
     The order comes from --priorities, or --algo (default: unordered).
+    --collective (or --compare allreduce,solo,majority) simulates data-parallel
+    all-reduce instead (DESIGN §4.8): free-running processes, --imbalance
+    injected per step; throughput, NAP, staleness and missed updates.
     Work beyond --max-work op-steps (ops × workers × iterations, per order
     compared) is refused before it starts; long runs show a progress bar.
     """
     from dlsched.analyses.compare import parse_orders
     from dlsched.analyses.simulate_report import check_simulate_work, simulate_report
     from dlsched.errors import DlschedError
-    from dlsched.exporters.oracle_file import load_times
     from dlsched.exporters.priority_file import read_priority_file
 
+    from dlsched.analyses.collectives_report import collectives_report, parse_collectives
+
     exclusive(priorities=priority_path, algo=algo)
+    try:
+        kinds = parse_collectives(compare)
+    except DlschedError as e:
+        raise click.BadParameter(str(e), param_hint="--compare") from None
+    if kinds or collective or step_time is not None or imbalance is not None:
+        exclusive(collective=collective, compare=kinds)
+        exclusive(step_time=step_time, model=model_kw["model"])
+        if priority_path or algo or trace_out or plot:
+            raise click.UsageError("--priorities, --algo, --trace-out and --plot are for parameter servers; "
+                                   "the all-reduce collectives take none of them")
+        graph = times = None
+        if step_time is None:
+            graph, times = _model(oracle, default_time, rescale_batch, model_kw)
+        out = collectives_report(kinds or [collective or "allreduce"], workers, iterations, imbalance,
+                                 step_time=step_time, gradient_bytes=gradient_size, graph=graph, times=times,
+                                 bucket_bytes=int(bucket_mb * 1024**2), latency=latency, bandwidth=bandwidth,
+                                 algorithm=algorithm, activation=activation, seed=seed, max_work=max_work)
+        return emit_json(out) if as_json else print_collectives(out)
     try:
         compare = parse_orders(compare)
     except DlschedError as e:
         raise click.BadParameter(str(e), param_hint="--compare") from None
     check_simulate_work(None, workers, iterations, compare, max_work)  # absurd options, before the model loads
-    graph = load_graph(**model_kw)
-    times = load_times(oracle, graph, default_time, rescale_batch=rescale_batch)
+    graph, times = _model(oracle, default_time, rescale_batch, model_kw)
     given = read_priority_file(priority_path, graph) if priority_path else None
     report = simulate_report(graph, times, algo or "unordered", given, compare, workers, iterations, seed, jitter,
                              sharing, time_limit, max_work, keep_timeline=bool(trace_out or plot), reporter=progress)
@@ -79,43 +103,13 @@ def simulate(oracle, default_time, rescale_batch, priority_path, algo, workers, 
     if as_json:
         emit_json(out | report.detail)
         return
-    _print(out, report)
+    print_orders(out, report)
 
 
-def _print(out, report):
-    from dlsched.analyses.compare import RANDOM_SEEDS
+def _model(oracle, default_time, rescale_batch, model_kw):
+    from dlsched.exporters.oracle_file import load_times
 
-    multi = report.multi
-    rows = [("makespan" + (" (mean iteration time)" if multi else ""), fmt_seconds(out["makespan"])),
-            ("efficiency E", f"{out['efficiency']:.3f}"),
-            ("efficiency against L_dep", f"{out['dependency_efficiency']:.3f}"),
-            ("upper bound U (serial)", fmt_seconds(out["upper"])),
-            ("lower bound L (busiest resource)", fmt_seconds(out["lower"])),
-            ("dependency-aware lower bound L_dep", fmt_seconds(out["dependency_lower"])),
-            ("best possible speedup S", f"{out['speedup']:.3f}"),
-            ("ops / transfers / servers", f"{out['ops']:,} / {out['transfers']:,} / {out['parameter_servers']}")]
-    if multi:
-        it, sh = out["iteration_time"], out["straggler_share"]
-        rows += [("workers × iterations", f"{out['workers']} × {out['iterations']}  ({out['sharing']} links, "
-                                          f"jitter {out['jitter']:g})"),
-                 ("iteration time mean / p50 / p95",
-                  f"{fmt_seconds(it['mean'])} / {fmt_seconds(it['p50'])} / {fmt_seconds(it['p95'])}"),
-                 ("straggler share mean / p50 / p95", f"{sh['mean']:.1%} / {sh['p50']:.1%} / {sh['p95']:.1%}")]
-    console.print(key_value_table(f"{out['model']} ({out['mode']}) · order: {out['algorithm']}", rows))
-    if multi:
-        console.print(column_table("per worker (mean over iterations)",
-                                   ("worker", "makespan", "efficiency", "waits for slowest"),
-                                   [(str(r["worker"]), fmt_seconds(r["makespan"]), f"{r['efficiency']:.3f}",
-                                     fmt_seconds(r["wait"])) for r in report.run.per_worker]))
-    if "compare" in out:
-        mean = any(r["algorithm"] == "random" for r in out["compare"])
-        console.print(column_table("orders compared" + (f" (random: mean of {RANDOM_SEEDS} seeds)" if mean else ""),
-                                   ("order", "makespan", "efficiency E", "straggler share"),
-                                   [(r["algorithm"], fmt_seconds(r["makespan"]), f"{r['efficiency']:.3f}",
-                                     f"{r['straggler_share']:.1%}") for r in out["compare"]], left=("order",)))
-    if report.below_serial:
-        console.print("E < 0: the workers share the servers' links, so an iteration can take longer than one "
-                      "worker's fully serial bound U (E is measured against the single-worker bounds).")
-    for key, what in (("trace", "Chrome trace"), ("plot", "Gantt chart")):
-        if key in out:
-            console.print(f"wrote {what} to [bold]{out[key]}[/]")
+    if not model_kw["model"] or not oracle:
+        raise click.UsageError("MODEL and --oracle are needed (or --step-time SECONDS with --collective).")
+    graph = load_graph(**model_kw)
+    return graph, load_times(oracle, graph, default_time, rescale_batch=rescale_batch)

@@ -157,12 +157,16 @@ class CollectiveRun:
 
 
 def majority_initiators(processes: int, steps: int, seed: int) -> np.ndarray:
-    """Majority's initiator of every collective: one draw per step from a generator every process seeds alike.
+    """Majority's initiator of every collective, a stateless draw per round that every process makes alike.
+
+    Round ``j``'s initiator is ``default_rng([seed, j, 0xEA6E]).integers(P)``, the
+    draw the real hook (:mod:`dlsched.hooks.partial_allreduce`) makes, so a
+    simulation and a real run with one seed have the same initiators.
 
     >>> majority_initiators(8, 5, seed=1).tolist() == majority_initiators(8, 5, seed=1).tolist()
     True
     """
-    return np.random.default_rng(seed).integers(processes, size=steps)
+    return np.array([np.random.default_rng([seed, j, 0xEA6E]).integers(processes) for j in range(steps)], dtype=int)
 
 
 def run_collective(kind: str, shape: StepShape, factors: np.ndarray, delays: np.ndarray, alpha: float,

@@ -89,4 +89,4 @@ def network_from_oracle(graph: Graph, times: Mapping[str, float]) -> tuple[float
     if slope <= 0:
         raise DlschedError("the oracle's transfer times do not grow with their size, so they give no bandwidth; "
                            "give --latency and --bandwidth")
-    return max(float(intercept), 0.0), float(1.0 / slope)
+    return max(float(f"{intercept:.9g}"), 0.0), float(f"{1.0 / slope:.9g}")

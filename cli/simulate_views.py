@@ -1,0 +1,103 @@
+"""``dlsched simulate``'s data-parallel options and its tables (orders, and collectives side by side)."""
+from __future__ import annotations
+
+import click
+
+from .common import (BANDWIDTH, DURATION, POSITIVE_DURATION, POSITIVE_FLOAT, Quantity, column_table, console,
+                     fmt_bytes, fmt_seconds, key_value_table)
+
+
+def collective_options(fn):
+    """--collective, --step-time, --imbalance and the all-reduce's cost model (DESIGN §4.8)."""
+    from dlsched.analyses.allreduce_sim import ACTIVATIONS, COLLECTIVES
+    from dlsched.analyses.collective_cost import ALGORITHMS
+
+    options = [
+        click.option("--collective", type=click.Choice(COLLECTIVES), default=None,
+                     help="Data-parallel all-reduce instead of parameter servers: synchronous, or eager-SGD's "
+                          "solo/majority partial all-reduce (--compare allreduce,solo,majority: side by side)."),
+        click.option("--step-time", type=POSITIVE_DURATION, default=None,
+                     help="Replay a step of this many seconds without a model (MODEL and --oracle optional)."),
+        click.option("--imbalance", default=None,
+                     help="random:k=1:delay=200ms, skew:linear:1ms:32ms, rotate:50ms:400ms, speed:1,1,2,…, "
+                          "lognormal:mean=M:sd=S:min=A:max=B, trace:FILE.csv [default: none]."),
+        click.option("--bucket-mb", type=POSITIVE_FLOAT, default=25.0, show_default=True,
+                     help="DDP gradient bucket cap (MiB)."),
+        click.option("--gradient-size", type=Quantity("bytes", positive=False), default=0,
+                     help="--step-time: bytes all-reduced per step [default: 0]."),
+        click.option("--algorithm", type=click.Choice(ALGORITHMS), default="ring", show_default=True),
+        click.option("--latency", type=DURATION, default=None,
+                     help="Network α [default: fitted to the oracle's transfers; 50us with --step-time]."),
+        click.option("--bandwidth", type=BANDWIDTH, default=None,
+                     help="Network β [default: fitted to the oracle's transfers; 10Gbps with --step-time]."),
+        click.option("--activation", type=click.Choice(ACTIVATIONS), default="free-running", show_default=True,
+                     help="free-running processes (training), or a barrier per iteration (micro-benchmarks)."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def print_collectives(out: dict) -> None:
+    """The collectives side by side, then each one's iteration time per process."""
+    what = out.get("model", f"step {fmt_seconds(out['step_compute_s'])}")
+    console.print(key_value_table(
+        f"{what} · {out['workers']} processes × {out['iterations']} steps · {out['activation']}",
+        [("imbalance", out["imbalance"]),
+         ("gradients", f"{fmt_bytes(out['gradient_bytes'])} in {out['buckets']} bucket(s)"),
+         (f"{out['algorithm']} all-reduce (α {fmt_seconds(out['alpha_s'])}, β {fmt_bytes(out['beta_Bps'])}/s)",
+          f"{fmt_seconds(out['allreduce_s'])} + activation {fmt_seconds(out['activation_s'])}")]))
+    cols = out["collectives"]
+    console.print(column_table(
+        f"collectives compared (NAP of {out['workers']})",
+        ("", "steps/s", "speedup", "iteration", "latency", "NAP", "stale (max)", "missed"),
+        [(k, f"{c['steps_per_s']:.3f}", f"{c['speedup']:.2f}×" if "speedup" in c else "–",
+          fmt_seconds(c["mean_iteration_s"]), fmt_seconds(c["mean_latency_s"]), f"{c['mean_nap']:.2f}",
+          f"{c['mean_staleness']:.2f} ({c['max_staleness']})", f"{c['missed_rate']:.1%}")
+         for k, c in cols.items()], left=("",)))
+    console.print(column_table(
+        "iteration time per process", ("process",) + tuple(cols),
+        [(str(p),) + tuple(fmt_seconds(c["iteration_s_per_process"][p]) for c in cols.values())
+         for p in range(out["workers"])]))
+    console.print("NAP: processes contributing fresh gradients; staleness: steps old of the gradients contributed; "
+                  "missed: results a process never read (overwritten).")
+
+
+def print_orders(out: dict, report) -> None:
+    """The parameter-server simulation: makespan, E, bounds; per worker and orders compared."""
+    from dlsched.analyses.compare import RANDOM_SEEDS
+
+    multi = report.multi
+    rows = [("makespan" + (" (mean iteration time)" if multi else ""), fmt_seconds(out["makespan"])),
+            ("efficiency E", f"{out['efficiency']:.3f}"),
+            ("efficiency against L_dep", f"{out['dependency_efficiency']:.3f}"),
+            ("upper bound U (serial)", fmt_seconds(out["upper"])),
+            ("lower bound L (busiest resource)", fmt_seconds(out["lower"])),
+            ("dependency-aware lower bound L_dep", fmt_seconds(out["dependency_lower"])),
+            ("best possible speedup S", f"{out['speedup']:.3f}"),
+            ("ops / transfers / servers", f"{out['ops']:,} / {out['transfers']:,} / {out['parameter_servers']}")]
+    if multi:
+        it, sh = out["iteration_time"], out["straggler_share"]
+        rows += [("workers × iterations", f"{out['workers']} × {out['iterations']}  ({out['sharing']} links, "
+                                          f"jitter {out['jitter']:g})"),
+                 ("iteration time mean / p50 / p95",
+                  f"{fmt_seconds(it['mean'])} / {fmt_seconds(it['p50'])} / {fmt_seconds(it['p95'])}"),
+                 ("straggler share mean / p50 / p95", f"{sh['mean']:.1%} / {sh['p50']:.1%} / {sh['p95']:.1%}")]
+    console.print(key_value_table(f"{out['model']} ({out['mode']}) · order: {out['algorithm']}", rows))
+    if multi:
+        console.print(column_table("per worker (mean over iterations)",
+                                   ("worker", "makespan", "efficiency", "waits for slowest"),
+                                   [(str(r["worker"]), fmt_seconds(r["makespan"]), f"{r['efficiency']:.3f}",
+                                     fmt_seconds(r["wait"])) for r in report.run.per_worker]))
+    if "compare" in out:
+        mean = any(r["algorithm"] == "random" for r in out["compare"])
+        console.print(column_table("orders compared" + (f" (random: mean of {RANDOM_SEEDS} seeds)" if mean else ""),
+                                   ("order", "makespan", "efficiency E", "straggler share"),
+                                   [(r["algorithm"], fmt_seconds(r["makespan"]), f"{r['efficiency']:.3f}",
+                                     f"{r['straggler_share']:.1%}") for r in out["compare"]], left=("order",)))
+    if report.below_serial:
+        console.print("E < 0: the workers share the servers' links, so an iteration can take longer than one "
+                      "worker's fully serial bound U (E is measured against the single-worker bounds).")
+    for key, what in (("trace", "Chrome trace"), ("plot", "Gantt chart")):
+        if key in out:
+            console.print(f"wrote {what} to [bold]{out[key]}[/]")
