@@ -34,7 +34,8 @@ Examples
 >>> run.steps_per_s, run.mean_nap                                 # doctest: +SKIP
 
 Public API: :class:`EagerConfig`, :class:`EagerRun`, :func:`train_allreduce`,
-:func:`hyperplane`, :class:`EagerConfigError`, :data:`COLLECTIVES`; the rank
+:func:`compare_collectives`, :func:`hyperplane`, :class:`EagerConfigError`,
+:class:`EagerTrainingError`, :data:`COLLECTIVES`; the rank
 entry point is ``python -m dlsched.hooks.eager_sgd``.
 """
 from __future__ import annotations
@@ -368,6 +369,52 @@ def train_allreduce(cfg: EagerConfig, timeout: float | None = None, workdir: str
                     max_staleness=max(r["max_staleness"] for r in res),
                     missed_rate=missed / (cfg.processes * cfg.iterations),
                     queued_at_end=sum(r["n_queued"] for r in res), initiators=initiators, **common)
+
+
+def compare_collectives(collectives, processes: int, iterations: int, imbalance: str | None = None,
+                        step_pad: float = 0.0, seed: int = 0, timeout: float | None = None, **settings) -> dict:
+    """Run one job per collective under the same imbalance; the JSON report of them side by side.
+
+    ``imbalance`` is a :mod:`dlsched.analyses.imbalance` spec; process ``p``'s
+    step ``t`` lasts ``step_pad · f[t, p] + d[t, p]`` before backward, with the
+    speed factors ``f`` and delays ``d`` drawn from ``seed`` (the simulator's
+    draw). ``settings`` go to :class:`EagerConfig`; ``timeout`` bounds each job.
+
+    Returns
+    -------
+    dict
+        ``processes``, ``iterations``, ``imbalance``, ``step_pad_s``,
+        ``activation`` and ``collectives``: one :meth:`EagerRun.to_dict` per
+        collective, with ``speedup`` (steps/s over DDP's) when ``ddp`` ran.
+
+    Raises
+    ------
+    EagerConfigError
+        An unknown or repeated collective, a bad setting or imbalance spec.
+    EagerTrainingError
+        A job failed.
+    """
+    from dlsched.analyses.imbalance import parse_imbalance
+    names = list(collectives)
+    if not names or len(set(names)) != len(names) or not set(names) <= set(COLLECTIVES):
+        raise EagerConfigError(f"collectives must be distinct names from {', '.join(COLLECTIVES)}, got "
+                               f"{','.join(map(str, names)) or 'none'}")
+    if isinstance(step_pad, bool) or not isinstance(step_pad, (int, float)) or not 0 <= step_pad <= 3600:
+        raise EagerConfigError(f"step pad must be between 0 and 3600 seconds, got {step_pad!r}")
+    try:
+        f, d = parse_imbalance(imbalance).draw(processes, iterations, seed=seed)
+    except DlschedError as e:
+        raise EagerConfigError(str(e)) from None
+    configs = [EagerConfig(collective=c, processes=processes, iterations=iterations,
+                           step_times=(step_pad * f + d).tolist(), seed=seed, **settings) for c in names]
+    runs = {c.collective: train_allreduce(c, timeout=timeout) for c in configs}
+    out = {"processes": processes, "iterations": iterations, "imbalance": imbalance or "none",
+           "step_pad_s": float(step_pad), "activation": "barrier" if configs[0].barrier else "free-running",
+           "collectives": {k: r.to_dict() for k, r in runs.items()}}
+    if "ddp" in runs:
+        for k, r in out["collectives"].items():
+            r["speedup"] = r["steps_per_s"] / runs["ddp"].steps_per_s
+    return out
 
 
 def _initiators(cfg, res) -> list:

@@ -1,0 +1,64 @@
+"""``dlsched train-allreduce``: train for real with DDP or eager-SGD's solo / majority all-reduce."""
+from __future__ import annotations
+
+import click
+
+from .common import (DURATION, NONNEG_INT, POSITIVE_DURATION, POSITIVE_FLOAT, POSITIVE_INT, SEED, column_table,
+                     console, emit_json, fmt_seconds, key_value_table)
+
+
+@click.command("train-allreduce")
+@click.option("--collective", default="ddp,solo,majority", show_default=True,
+              help="ddp (torch's DistributedDataParallel, synchronous), solo, majority, or several separated by "
+                   "commas: one real job each, side by side.")
+@click.option("--processes", type=click.IntRange(min=2), default=4, show_default=True,
+              help="Local processes on gloo (CPU).")
+@click.option("--iterations", type=POSITIVE_INT, default=50, show_default=True, help="Steps per process.")
+@click.option("--imbalance", default=None,
+              help="Injected by sleeping in the step, as `simulate` takes it: random:k=1:delay=20ms, "
+                   "skew:linear:10ms:80ms, rotate:…, speed:…, lognormal:…, trace:FILE.csv [default: none].")
+@click.option("--step-pad", type=DURATION, default=0.0,
+              help="Pad every step's compute to this time by sleeping (e, e.g. 41ms) [default: 0].")
+@click.option("--model-sync-every", type=NONNEG_INT, default=0, show_default=True,
+              help="Average the replicas every K steps (0: never).")
+@click.option("--barrier", is_flag=True, help="A barrier before every iteration (the Fig. 9 micro-benchmark).")
+@click.option("--dim", type=POSITIVE_INT, default=8192, show_default=True, help="Hyperplane dimensions.")
+@click.option("--batch", type=POSITIVE_INT, default=256, show_default=True, help="Samples per process and step.")
+@click.option("--lr", type=POSITIVE_FLOAT, default=0.02, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seeds data, imbalance and initiators.")
+@click.option("--timeout", type=POSITIVE_DURATION, default=30.0,
+              help="Longest any single wait may take; a dead or stalled process ends the job [default: 30s].")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
+def train_allreduce(collective, processes, iterations, imbalance, step_pad, model_sync_every, barrier, dim, batch,
+                    lr, seed, timeout, as_json):
+    """Train a hyperplane regression (eager-SGD §7.2.1) for real on PROCESSES local gloo processes.
+
+    Each collective runs as its own job: `ddp` is torch's DistributedDataParallel
+    (every step waits for the slowest process); `solo` lets the first process to
+    finish a step trigger the all-reduce, `majority` a randomly drawn one, and the
+    others contribute what they have (eager-SGD, Algorithm 2). Reports rounds of
+    the global model per second, the number of active processes (NAP), the
+    staleness of the gradients, and the validation MSE of rank 0's replica.
+    Compare with `dlsched simulate --step-time E --imbalance ... --compare
+    allreduce,solo,majority`.
+    """
+    from dlsched.hooks.eager_sgd import compare_collectives
+
+    out = compare_collectives([c.strip() for c in collective.split(",")], processes, iterations,
+                              imbalance=imbalance, step_pad=step_pad, seed=seed, dim=dim, batch=batch, lr=lr,
+                              model_sync_every=model_sync_every, barrier=barrier, timeout=timeout)
+    if as_json:
+        emit_json(out)
+        return
+    console.print(key_value_table(
+        f"hyperplane regression · {processes} processes × {iterations} steps · {out['activation']}",
+        [("imbalance", out["imbalance"]), ("step padded to", fmt_seconds(out["step_pad_s"])),
+         ("model synchronisation", f"every {model_sync_every} steps" if model_sync_every else "never")]))
+    console.print(column_table(
+        "collectives measured", ("collective", "steps/s", "speedup", "iteration", "latency", "NAP", "staleness",
+                                 "missed updates", "validation MSE"),
+        [(k, f"{c['steps_per_s']:.2f}", f"{c['speedup']:.2f}×" if "speedup" in c else "–",
+          fmt_seconds(c["mean_iteration_s"]), fmt_seconds(c["mean_latency_s"]),
+          f"{c['mean_nap']:.2f} / {processes}", f"{c['mean_staleness']:.2f} (max {c['max_staleness']})",
+          f"{c['missed_rate']:.1%}", f"{c['final_loss']:.4g}") for k, c in out["collectives"].items()],
+        left=("collective",)))
