@@ -322,7 +322,7 @@ def test_chrome_trace_and_gantt_of_figure1(tmp_path):
     doc = json.loads(path.read_text())
     spans = {e["name"]: e for e in doc["traceEvents"] if e["ph"] == "X"}
     assert spans["op2"]["ts"] == 2e6 and spans["op2"]["dur"] == 1e6
-    assert spans["recv2"]["args"] == {"kind": "recv", "worker": 0, "priority": 1}
+    assert spans["recv2"]["args"] == {"kind": "recv", "worker": 0, "resource": "ps:0/down", "priority": 1}
     threads = {e["tid"]: e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"}
     assert threads[spans["op1"]["tid"]] == "compute:0" and threads[spans["recv1"]["tid"]] == "ps:0/down"
     assert doc["otherData"]["makespan_s"] == 3.0
