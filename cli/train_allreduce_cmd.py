@@ -9,8 +9,9 @@ from .common import (DURATION, NONNEG_INT, POSITIVE_DURATION, POSITIVE_FLOAT, PO
 
 @click.command("train-allreduce")
 @click.option("--collective", default="ddp,solo,majority", show_default=True,
-              help="ddp (torch's DistributedDataParallel, synchronous), solo, majority, or several separated by "
-                   "commas: one real job each, side by side.")
+              help="ddp (torch's DistributedDataParallel, synchronous), solo, majority, full (the partial "
+                   "collective activated by the last arrival: synchronous), or several separated by commas: one "
+                   "real job each, side by side.")
 @click.option("--processes", type=click.IntRange(min=2), default=4, show_default=True,
               help="Local processes on gloo (CPU).")
 @click.option("--iterations", type=POSITIVE_INT, default=50, show_default=True, help="Steps per process.")

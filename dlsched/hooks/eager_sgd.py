@@ -53,8 +53,9 @@ from . import launcher
 from .partial_allreduce import PartialAllreduce, PartialCollectiveError
 from .ps_failures import seconds, transfer_failure
 
-#: ``ddp`` is the synchronous baseline, the others eager-SGD's partial collectives.
-COLLECTIVES = ("ddp", "solo", "majority")
+#: ``ddp`` is the synchronous baseline, ``solo`` and ``majority`` eager-SGD's partial collectives, ``full`` the
+#: partial-collective machinery activated by the last arrival (synchronous: it must give DDP's parameters).
+COLLECTIVES = ("ddp", "solo", "majority", "full")
 FAIL_HOW = ("kill", "stall")
 
 
@@ -155,6 +156,8 @@ class EagerRun:
     final_loss: float
     replica_spread: float
     initiators: list
+    initiators_agree: bool
+    initiators_active: bool
     extra: dict = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict:
@@ -355,7 +358,7 @@ def train_allreduce(cfg: EagerConfig, timeout: float | None = None, workdir: str
         wall = res[0]["steps"][-1][0] + res[0]["steps"][-1][1] + res[0]["steps"][-1][2]
         return EagerRun(wall_s=wall, steps_per_s=cfg.iterations / wall, mean_nap=float(cfg.processes),
                         nap=[cfg.processes] * cfg.iterations, mean_staleness=0.0, max_staleness=0, missed_rate=0.0,
-                        queued_at_end=0, initiators=[], **common)
+                        queued_at_end=0, initiators=[], initiators_agree=True, initiators_active=True, **common)
     recs = res[0]["records"]
     wall = recs[-1]["done_s"]
     grads = sum(r["gradients"] for r in recs)
@@ -368,7 +371,10 @@ def train_allreduce(cfg: EagerConfig, timeout: float | None = None, workdir: str
                     mean_staleness=sum(r["staleness_sum"] for r in recs) / max(grads, 1),
                     max_staleness=max(r["max_staleness"] for r in res),
                     missed_rate=missed / (cfg.processes * cfg.iterations),
-                    queued_at_end=sum(r["n_queued"] for r in res), initiators=initiators, **common)
+                    queued_at_end=sum(r["n_queued"] for r in res), initiators=initiators,
+                    initiators_agree=_agree(cfg, res),
+                    initiators_active=all(i is not None and rec["fresh"][i] for rec, i in zip(recs, initiators)),
+                    **common)
 
 
 def compare_collectives(collectives, processes: int, iterations: int, imbalance: str | None = None,
@@ -415,6 +421,15 @@ def compare_collectives(collectives, processes: int, iterations: int, imbalance:
         for k, r in out["collectives"].items():
             r["speedup"] = r["steps_per_s"] / runs["ddp"].steps_per_s
     return out
+
+
+def _agree(cfg, res) -> bool:
+    """Every process saw the same rounds; majority: every vote named the same initiator; else one initiator a round."""
+    same = all([{k: v for k, v in rec.items() if k != "done_s"} for rec in r["records"]] ==
+               [{k: v for k, v in rec.items() if k != "done_s"} for rec in res[0]["records"]] for r in res)
+    if cfg.collective == "majority":
+        return same and all(rec["votes_agree"] for r in res for rec in r["records"])
+    return same and sorted(t for r in res for t in r["initiated"]) == list(range(cfg.iterations))
 
 
 def _initiators(cfg, res) -> list:

@@ -6,7 +6,9 @@ exactly once. Round ``r`` starts on every process as soon as it is *activated*:
 
 - **solo**: by the first process to arrive at step ``r`` (the initiator);
 - **majority**: by the process :func:`majority_initiator` draws for ``r`` from
-  the shared seed, when it arrives; every process computes the same draw.
+  the shared seed, when it arrives; every process computes the same draw;
+- **full**: by the last process to arrive (a synchronous all-reduce through
+  the same machinery, which checks it against DDP).
 
 Activation is spread through the job's ``TCPStore``: arriving is an
 ``add(1)`` on the round's key, and the progress threads block in
@@ -46,8 +48,9 @@ from dlsched.errors import DlschedError
 
 from .ps_failures import seconds, transfer_failure
 
-#: The partial collectives (eager-SGD §4.1, §4.2).
-MODES = ("solo", "majority")
+#: The partial collectives (eager-SGD §4.1, §4.2), and ``full``: the same schedule activated by the last
+#: process to arrive, i.e. a synchronous all-reduce (the end of the paper's solo–majority–full spectrum).
+MODES = ("solo", "majority", "full")
 
 
 class PartialCollectiveError(DlschedError):
@@ -100,7 +103,7 @@ class PartialAllreduce:
     rank, world : int
     numel : int
         Elements of the reduced vector (the flattened gradient).
-    mode : {"solo", "majority"}
+    mode : {"solo", "majority", "full"}
     seed : int
         Shared seed of the majority initiators.
     rounds : int
@@ -115,7 +118,7 @@ class PartialAllreduce:
     >>> PartialAllreduce(None, None, None, 0, 4, 10, "all", 0, 3, 5.0)
     Traceback (most recent call last):
     ...
-    dlsched.hooks.partial_allreduce.PartialCollectiveError: mode must be one of 'solo', 'majority', got 'all'
+    dlsched.hooks.partial_allreduce.PartialCollectiveError: mode must be one of 'solo', 'majority', 'full', got 'all'
     """
 
     def __init__(self, store, progress_store, group, rank: int, world: int, numel: int, mode: str, seed: int, rounds: int,
@@ -162,7 +165,11 @@ class PartialAllreduce:
             if self.mode == "solo":
                 if self.store.add(self._key(step), 1) == 1:
                     self.initiated.append(step)
-            elif majority_initiator(self.seed, step, self.world) == self.rank:
+            elif self.mode == "majority":
+                if majority_initiator(self.seed, step, self.world) == self.rank:
+                    self.initiated.append(step)
+                    self.store.add(self._key(step), 1)
+            elif self.store.add(f"{self.prefix}/arrived/{step}", 1) == self.world:  # full: the last one
                 self.initiated.append(step)
                 self.store.add(self._key(step), 1)
         except Exception as e:  # the store lives in rank 0: it is gone or stalled
