@@ -1,0 +1,211 @@
+"""The all-reduce simulator (issue 12, DESIGN §4.8): cost model, imbalance presets, eager-SGD's experiments
+replayed through ``dlsched simulate --step-time``, the what-if on a model, and the model's invariants."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dlsched.analyses.allreduce_sim import COLLECTIVES, StepShape, majority_initiators, run_collective
+from dlsched.analyses.collective_cost import allreduce_cost, recursive_doubling_allreduce, ring_allreduce
+from dlsched.analyses.collectives_report import collectives_report
+from dlsched.analyses.imbalance import parse_imbalance
+from dlsched.errors import DlschedError
+from dlsched.exporters.dag_json import save_dag
+from dlsched.exporters.oracle_file import write_oracle
+from dlsched.synthetic import random_dag
+from tests.conftest import assert_clean_error, run_cli
+
+ALL = "allreduce,solo,majority"
+
+
+def simulate_json(*args) -> dict:
+    proc = run_cli("simulate", *args, "--json", timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_cost_model():
+    # ring: 2(P−1)α + 2(P−1)/P·n/β; recursive doubling: ⌈log2 P⌉(α + n/β)
+    assert ring_allreduce(8, 8e6, 1e-4, 1e9) == pytest.approx(14e-4 + 14e-3)
+    assert recursive_doubling_allreduce(8, 8e6, 1e-4, 1e9) == pytest.approx(3 * (1e-4 + 8e-3))
+    assert recursive_doubling_allreduce(5, 0, 1.0, 1.0) == 3  # rounds up to the next power of two
+    with pytest.raises(DlschedError, match="bandwidth"):
+        allreduce_cost("ring", 4, 1, 0.0, 0.0)
+
+
+@pytest.mark.parametrize("spec", ["random:k=0:delay=1ms", "random:k=1", "skew:log:1ms:2ms", "skew:linear:5ms:1ms",
+                                  "rotate:1ms", "speed:1,-2", "speed:a,b", "lognormal:mean=0ms:sd=1ms:min=0:max=1",
+                                  "gauss:1ms", "none:3", "random:k=1:delay=-3ms"])
+def test_bad_imbalance_refused(spec):
+    with pytest.raises(DlschedError, match="--imbalance"):
+        parse_imbalance(spec)
+
+
+def test_lognormal_and_trace(tmp_path):
+    f, d = parse_imbalance("lognormal:mean=50ms:sd=20ms:min=10ms:max=200ms").draw(4, 4000, seed=2)
+    assert (f == 1).all() and d.min() >= 0.01 and d.max() <= 0.2 and d.mean() == pytest.approx(0.05, rel=0.05)
+    trace = tmp_path / "t.csv"
+    trace.write_text("p0,p1,p2\n0.1,0,0\n0,0.2,0\n")
+    d = parse_imbalance(f"trace:{trace}").draw(3, 5)[1]
+    assert d[:, 1].tolist() == [0, 0.2, 0, 0.2, 0]  # repeated past its rows
+    proc = run_cli("simulate", "--step-time", "10ms", "--collective", "solo", "--workers", "4",
+                   "--imbalance", f"trace:{trace}")
+    assert_clean_error(proc, "trace of 3 processes", "the run has 4")
+    trace.write_text("0.1,x\n")
+    with pytest.raises(DlschedError, match="one row per step"):
+        parse_imbalance(f"trace:{trace}")
+
+
+MICRO = ("--step-time", "1us", "--workers", "32", "--iterations", "64", "--compare", ALL, "--imbalance",
+         "skew:linear:1ms:32ms", "--activation", "barrier", "--latency", "2us", "--gradient-size", "1KiB")
+
+
+def test_fig9_micro_benchmark_through_the_cli():
+    """Acceptance 1: 32 processes skewed 1–32 ms, 64 iterations, a barrier per iteration (Fig. 8).
+
+    Majority's figures depend on its 64 random initiators, so they are pooled over 8 seeds (the paper's Fig. 9
+    is one run: "on average 16 out of 32").
+    """
+    out = simulate_json(*MICRO)
+    assert out["allreduce_s"] <= 0.2e-3 and out["activation"] == "barrier"
+    c = out["collectives"]
+    lat = {k: c[k]["mean_latency_s"] for k in COLLECTIVES}
+    assert c["solo"]["mean_nap"] == 1.0
+    assert lat["allreduce"] == pytest.approx(15.5e-3 + out["allreduce_s"], rel=0.01)
+    assert lat["solo"] < lat["majority"] < lat["allreduce"]
+    assert lat["allreduce"] / lat["solo"] >= 20
+    assert len(c["solo"]["iteration_s_per_process"]) == 32 and len(c["majority"]["nap"]) == 64
+    pooled = [collectives_report(["majority"], 32, 64, "skew:linear:1ms:32ms", step_time=1e-6, latency=2e-6,
+                                 gradient_bytes=1024, activation="barrier", seed=s)["collectives"]["majority"]
+              for s in range(8)]
+    assert abs(np.mean([m["mean_nap"] for m in pooled]) - 16) <= 1.5
+    assert 1.8 <= lat["allreduce"] / np.mean([m["mean_latency_s"] for m in pooled]) <= 3.0
+
+
+@pytest.mark.parametrize("delay, paper", [(0.2, 1.50), (0.3, 1.75), (0.4, 2.01)])
+def test_hyperplane_replay(delay, paper):
+    """Acceptance 2 (free-running): the synchronous period is e + D; solo beats it, below the never-delayed bound."""
+    r = collectives_report(list(COLLECTIVES), 8, 256, f"random:k=1:delay={delay}s", step_time=0.41,
+                           gradient_bytes=32768, seed=1)["collectives"]
+    assert 1 / r["allreduce"]["steps_per_s"] == pytest.approx(0.41 + delay, rel=0.01)
+    solo = r["solo"]["speedup"]
+    assert 1 < solo < (0.41 + delay) / 0.41  # solo's period is at least e
+    assert r["majority"]["mean_nap"] > r["solo"]["mean_nap"]
+    if delay == 0.2:
+        assert solo == pytest.approx(paper, rel=0.06)
+        assert r["majority"]["steps_per_s"] / r["solo"]["steps_per_s"] == pytest.approx(0.84, abs=0.06)
+
+
+def test_rotating_imbalance_majority_bounds_staleness():
+    """Acceptance 3 (free-running): majority speeds up, and keeps gradients fresher and replicas closer than solo."""
+    r = collectives_report(list(COLLECTIVES), 8, 256, "rotate:50ms:400ms", step_time=0.41, seed=0)["collectives"]
+    assert 1 < r["majority"]["speedup"] < r["solo"]["speedup"]
+    assert r["solo"]["mean_staleness"] > 1.5 * r["majority"]["mean_staleness"]
+    assert r["solo"]["missed_rate"] >= 10 * r["majority"]["missed_rate"] and r["solo"]["missed_rate"] > 0
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    d = tmp_path_factory.mktemp("allreduce_model")
+    g, t = random_dag(40, 10, training=True, seed=5)
+    t = {**t, **{op.name: 1e-4 + op.bytes / 1e9 for op in g.recvs() + g.sends()}}  # α = 100 us, β = 1 GB/s
+    save_dag(g, d / "m.dag.json")
+    write_oracle(pd.DataFrame({"op": list(t), "time": list(t.values())}), d / "o.csv")
+    return d
+
+
+def test_what_if_on_a_model(model):
+    """Acceptance item 4: the user's model, DDP buckets, α and β from the oracle, three collectives."""
+    args = (model / "m.dag.json", "--oracle", model / "o.csv", "--workers", "4", "--iterations", "50",
+            "--compare", ALL, "--bucket-mb", "0.5")
+    flat = simulate_json(*args)
+    assert flat["buckets"] > 1 and flat["alpha_s"] == pytest.approx(1e-4) and flat["beta_Bps"] == pytest.approx(1e9)
+    rates = {k: c["steps_per_s"] for k, c in flat["collectives"].items()}
+    assert max(rates.values()) == pytest.approx(min(rates.values()), rel=1e-9)
+    out = simulate_json(*args, "--imbalance", "speed:1,1,1,3")
+    c = out["collectives"]
+    assert c["solo"]["speedup"] > c["majority"]["speedup"] > 1 and c["solo"]["mean_staleness"] > 0
+    table = run_cli("simulate", *args, "--imbalance", "random:k=1:delay=50ms")
+    assert table.returncode == 0 and "collectives compared" in table.stdout and "majority" in table.stdout
+
+
+def test_bad_usage_exits_2(model):
+    assert_clean_error(run_cli("simulate", "--step-time", "1s", "--compare", "solo,tac"), "mixes collectives")
+    assert_clean_error(run_cli("simulate", "--compare", "solo"), "--step-time")
+    assert_clean_error(run_cli("simulate", "--step-time", "1s", "--collective", "solo", "--imbalance",
+                               "random:k=9:delay=1ms", "--workers", "8"), "k=9")
+    g, t = random_dag(10, 3, seed=1)  # an inference graph: no gradients to all-reduce
+    save_dag(g, model / "inf.dag.json")
+    write_oracle(pd.DataFrame({"op": list(t), "time": list(t.values())}), model / "inf.csv")
+    assert_clean_error(run_cli("simulate", model / "inf.dag.json", "--oracle", model / "inf.csv", "--collective",
+                               "solo"), "--mode training")
+
+
+# -- invariants (acceptance 6, simulator side) -------------------------------------------------------------------
+
+runs = st.fixed_dictionaries({
+    "P": st.integers(1, 9), "T": st.integers(1, 40), "seed": st.integers(0, 2**16),
+    "step": st.floats(1e-4, 1.0), "alpha": st.floats(0, 1e-3), "nbytes": st.integers(0, 10**7),
+    "buckets": st.integers(1, 4), "algorithm": st.sampled_from(["ring", "recursive-doubling"]),
+    "activation": st.sampled_from(["free-running", "barrier"])})
+
+
+def _shape(r) -> StepShape:
+    k = r["buckets"]
+    return StepShape(r["step"], tuple(r["step"] * (b + 1) / k for b in range(k)), (r["nbytes"] // k,) * k)
+
+
+def _imbalance(r):
+    rng = np.random.default_rng(r["seed"])
+    return rng.uniform(0.5, 3, (r["T"], r["P"])), rng.exponential(0.1, (r["T"], r["P"])) * (rng.random((r["T"], r["P"])) < 0.5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(runs, st.sampled_from(COLLECTIVES))
+def test_every_gradient_enters_one_collective_or_stays_queued(r, kind):
+    f, d = _imbalance(r)
+    run = run_collective(kind, _shape(r), f, d, r["alpha"], 1e9, r["algorithm"], r["seed"], r["activation"])
+    T, P = d.shape
+    # Replay the send buffers (Algorithm 2): each collective takes every gradient buffered by its trigger.
+    entered = np.full((T, P), T)
+    for j in range(T):
+        for p in range(P):
+            for k in range(T):
+                if entered[k, p] == T and run.arrival[k, p] <= run.trigger[j]:
+                    entered[k, p] = j
+    assert (entered == run.entered).all()
+    assert len(run.staleness) + run.queued_at_end == T * P and (run.staleness >= 0).all()
+    active = run.arrival <= run.trigger[:, None]
+    assert (run.entered[active] == np.nonzero(active)[0]).all()  # an active process's gradient is fresh
+    assert (run.nap == active.sum(axis=1)).all() and (np.diff(run.done) > 0).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(runs)
+def test_majority_initiator_is_seeded_and_active(r):
+    f, d = _imbalance(r)
+    run = run_collective("majority", _shape(r), f, d, r["alpha"], 1e9, r["algorithm"], r["seed"], r["activation"])
+    other = run_collective("majority", _shape(r), f[::-1], d[::-1], r["alpha"], 1e9, r["algorithm"], r["seed"],
+                           r["activation"])
+    assert run.initiator.tolist() == other.initiator.tolist() == majority_initiators(r["P"], r["T"], r["seed"]).tolist()
+    j = np.arange(r["T"])
+    assert (run.arrival[j, run.initiator] == run.trigger).all() and (run.nap >= 1).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(runs)
+def test_zero_imbalance_same_throughput_and_partial_never_slower(r):
+    ones, zeros = np.ones((r["T"], r["P"])), np.zeros((r["T"], r["P"]))
+    args = (_shape(r), r["alpha"], 1e9, r["algorithm"], r["seed"], r["activation"])
+    rates = [run_collective(k, args[0], ones, zeros, *args[1:]).steps_per_s for k in COLLECTIVES]
+    assert rates[1] == pytest.approx(rates[0], rel=1e-12) and rates[2] == pytest.approx(rates[0], rel=1e-12)
+    f, d = _imbalance(r)
+    sync, solo, major = (run_collective(k, args[0], f, d, *args[1:]) for k in COLLECTIVES)
+    assert solo.done[-1] <= sync.done[-1] * (1 + 1e-12) and major.done[-1] <= sync.done[-1] * (1 + 1e-12)
+    assert math.isfinite(sync.steps_per_s) and (sync.nap == r["P"]).all()
