@@ -33,6 +33,7 @@ COMMANDS = {
     "snapshot": ("dlsched.cli.check_cmd", "snapshot", "Record a CI baseline of a model's figures."),
     "check": ("dlsched.cli.check_cmd", "check", "Compare a model against a CI baseline."),
     "net-peer": ("dlsched.cli.net_peer_cmd", "net_peer", "Serve network measurements for --measure-network."),
+    "train-ps": ("dlsched.cli.train_ps_cmd", "train_ps", "Real parameter-server run with per-worker batch policies."),
     "train-allreduce": ("dlsched.cli.train_allreduce_cmd", "train_allreduce",
                         "Train for real with DDP or eager-SGD's solo/majority all-reduce."),
     "validate": ("dlsched.cli.validate_cmd", "validate", "Run a real PS cluster per order; predicted vs measured."),

@@ -34,6 +34,7 @@ class PSConfigError(DlschedError):
 MAX_TIMEOUT = 1e6
 _MODES = ("training", "inference")
 _FAIL_HOWS = ("exit", "stall")
+_AGGREGATIONS = ("weighted", "mean")
 _DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
 
 
@@ -87,6 +88,7 @@ def _setting_problems(values: dict) -> list[str]:
     real("momentum", 0, 1, high_open=True)
     choice("mode", _MODES)
     choice("fail_how", _FAIL_HOWS)
+    choice("aggregation", _AGGREGATIONS)
     whole("fail_iteration", 0, optional=True)
     whole("fail_worker", 0, optional=True)
     if isinstance(values.get("fail_worker"), int) and isinstance(values.get("workers"), int) \
@@ -97,14 +99,23 @@ def _setting_problems(values: dict) -> list[str]:
         problems.append(f"unordered must be true or false, got {values['unordered']!r}")
     if "device" in values and not (isinstance(values["device"], str) and _DEVICE.match(values["device"])):
         problems.append(f"device must be 'cpu', 'cuda' or 'cuda:N', got {values['device']!r}")
-    if "model_kwargs" in values:
-        kw = values["model_kwargs"]
-        try:  # every rank reads the config from a JSON file
-            ok = isinstance(kw, dict) and all(isinstance(k, str) for k in kw) and json.dumps(kw) is not None
-        except (TypeError, ValueError):
-            ok = False
-        if not ok:
-            problems.append(f"model_kwargs must be a JSON object with string keys, got {kw!r:.80}")
+    for key in ("model_kwargs", "policy_options"):
+        if key in values:
+            kw = values[key]
+            try:  # every rank reads the config from a JSON file
+                ok = isinstance(kw, dict) and all(isinstance(k, str) for k in kw) and json.dumps(kw) is not None
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                problems.append(f"{key} must be a JSON object with string keys, got {kw!r:.80}")
+    whole("global_batch", 1, optional=True)
+    for key in ("batch_policy", "progress"):
+        if values.get(key) is not None and not isinstance(values[key], str):
+            problems.append(f"{key} must be a string, got {values[key]!r:.80}")
+    if values.get("global_batch") is not None and values.get("batch_policy") is None and "batch_policy" in values:
+        problems.append("global_batch needs a batch_policy (without one every worker trains on batch samples)")
+    if values.get("batch_policy") is not None and values.get("mode", "training") != "training":
+        problems.append("batch_policy needs mode 'training' (it weights the gradients)")
     return problems
 
 
@@ -144,6 +155,8 @@ class PSConfig:
     ``window`` and ``threads`` are whole numbers ≥ 1; ``timeout`` is in
     ``(0, MAX_TIMEOUT]`` seconds; ``lr`` ≥ 0 and ``0 ≤ momentum < 1``, both
     finite; ``mode``, ``device`` and ``fail_how`` take their listed values;
+    ``global_batch`` is a whole number ≥ 1 or ``None``, and a ``batch_policy``
+    (training only) must be one :func:`~dlsched.hooks.batch_manager.check_policy` accepts;
     ``order`` is a non-empty list of distinct names and ``ps`` only names those.
 
     Raises
@@ -172,6 +185,13 @@ class PSConfig:
     fail_iteration: int | None = None
     fail_how: str = "exit"  # "exit": die abruptly (tests); "stall": stop responding
     threads: int = 1
+    #: with a batch policy: the global batch X (default ``workers × batch``), split anew every iteration
+    global_batch: int | None = None
+    batch_policy: str | None = None  # a name of :func:`dlsched.planning.batch_policies.make_policy`
+    policy_options: dict = field(default_factory=dict)
+    progress: str | None = None  # a file server 0 rewrites with the iteration it is in
+    #: "weighted": push n·b_i/X·g_i (paper Alg. 3); "mean": the naive 1/W average (§3.4 eq. 5), biased
+    aggregation: str = "weighted"
 
     def __post_init__(self):
         values = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -198,6 +218,9 @@ class PSConfig:
                     break
         problems += _setting_problems(values)
         refuse(problems)
+        if self.batch_policy is not None:
+            from .batch_manager import check_policy  # the policy refuses its own bad settings
+            check_policy(self)
         for k, v in values.items():  # normalised numbers
             setattr(self, k, v)
         self.ps = {n: int(s) for n, s in self.ps.items()}

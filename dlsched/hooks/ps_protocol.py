@@ -13,7 +13,13 @@ message             tag           direction                  when
 parameter ``i``     ``i``         server → worker            every iteration
 gradient of ``i``   ``N + i``     worker → its server        training
 done                ``2 N``       worker → every server      inference
+batch slice         ``2 N + 1``   server 0 → worker          with a batch policy
+report              ``2 N + 2``   worker → server 0          with a batch policy
 ==================  ============  =========================  =====================
+
+With a batch policy (:mod:`~dlsched.hooks.batch_manager`) server 0 sends each
+worker the slice of the iteration's global batch it trains on (offset and
+size), and the worker reports its busy time and resource readings back.
 
 A pair of ranks exchanges at most one message per tag and iteration, and each
 side completes an iteration's transfers before posting the next one's, so
@@ -22,8 +28,8 @@ tags need no iteration number.
 Examples
 --------
 >>> tags = Tags(["conv1.weight", "conv1.bias", "fc.weight"])
->>> tags.param("conv1.bias"), tags.grad("conv1.bias"), tags.done
-(1, 4, 6)
+>>> tags.param("conv1.bias"), tags.grad("conv1.bias"), tags.done, tags.slice, tags.report
+(1, 4, 6, 7, 8)
 """
 from __future__ import annotations
 
@@ -59,6 +65,16 @@ class Tags:
     def done(self) -> int:
         """Tag of the one-element message that ends a worker's inference iteration."""
         return 2 * self._count
+
+    @property
+    def slice(self) -> int:
+        """Tag of the (offset, size) of a worker's share of the global batch, sent by server 0."""
+        return 2 * self._count + 1
+
+    @property
+    def report(self) -> int:
+        """Tag of a worker's report of its busy time and readings to server 0."""
+        return 2 * self._count + 2
 
 
 def worker_rank(cfg: PSConfig, worker: int) -> int:

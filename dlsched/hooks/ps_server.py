@@ -32,10 +32,16 @@ def run_server(cfg: PSConfig, rank: int, module) -> dict:
     own = [n for n in cfg.order if cfg.server_of(n) == rank]
     opt = torch.optim.SGD([params[n] for n in own], lr=cfg.lr, momentum=cfg.momentum) if own else None
     training = cfg.mode == "training"
+    manager = None
+    if cfg.batch_policy is not None and rank == 0:
+        from .batch_manager import BatchManager
+        manager = BatchManager(cfg)
     sent = []  # when each send was posted, per worker and iteration (the transfer's start, for the timeline)
     for it in range(cfg.iterations):
         back = []  # gradient (or done-token) receives, posted before the sends
         try:
+            if manager:
+                manager.start(it)  # each worker's slice of the global batch, before its parameters
             for w in range(cfg.workers):
                 if training:
                     bufs = {n: torch.empty_like(params[n].data) for n in own}
@@ -73,6 +79,9 @@ def run_server(cfg: PSConfig, rank: int, module) -> dict:
         if training and own:
             with torch.no_grad():
                 for n in own:
-                    params[n].grad = sum(b[n] for _, b, _ in back) / cfg.workers
+                    params[n].grad = sum(b[n] for _, b, _ in back) / cfg.workers  # weighted by n·b_i/X
             opt.step()
-    return {"params": {n: params[n].detach().clone() for n in own}, "sent": sent}
+        if manager:
+            manager.finish(it)
+    out = {"params": {n: params[n].detach().clone() for n in own}, "sent": sent}
+    return {**out, **manager.result()} if manager else out

@@ -20,7 +20,7 @@ import threading
 import time
 
 from .ps_config import PSConfig
-from .ps_data import global_batch, global_target, loss_of
+from .ps_data import batch_rows, loss_of, target_rows
 from .ps_failures import PSTrainingError, seconds, transfer_failure, wait_transfer
 from .ps_protocol import Tags, send_order
 from .timeline import IterationRecord, Timeline
@@ -58,6 +58,7 @@ class ParameterReceiver:
         import torch.distributed as dist
         self.arrivals: dict[str, float] = {}
         self.errors: dict[str, BaseException] = {}
+        self.stalls: list[list[float]] = []  # [start, end] of each wait that blocked (compute idle)
         self.events = {n: threading.Event() for n in self.cfg.order}
         self.worker, self.it = worker, it
         # post in each server's send order, so backends that match by posting order also work
@@ -91,12 +92,15 @@ class ParameterReceiver:
             It did not arrive within the timeout, or its receive failed.
         """
         ev = self.events[name]
+        blocked = None if ev.is_set() else time.perf_counter()
         if not ev.wait(self.cfg.timeout + 5):
             raise transfer_failure(f"worker {self.worker}: parameter {name!r} did not arrive within "
                                    f"{self.cfg.timeout:g} s in iteration {self.it}")
         if name in self.errors:
             raise transfer_failure(f"worker {self.worker}: receiving {name!r} from server "
                                    f"{self.cfg.server_of(name)} in iteration {self.it} failed", self.errors[name])
+        if blocked is not None:
+            self.stalls.append([blocked, time.perf_counter()])
 
 
 class PSWorker:
@@ -124,6 +128,11 @@ class PSWorker:
         self.waits: dict = {}
         self.compute_start: float | None = None
         self.sends: list = []  # (name, gradient, work) of this iteration's gradient sends
+        self.blocked = 0.0  # seconds waited for parameters since compute started (not busy time)
+        self.share = None
+        if cfg.batch_policy is not None:
+            from .batch_manager import WorkerShare
+            self.share = WorkerShare(cfg, self.worker)  # per-iteration slice of the global batch, from server 0
 
     def run(self) -> dict:
         """Run every iteration; returns ``{"timeline": {...}}`` (:class:`~dlsched.hooks.timeline.Timeline`).
@@ -175,33 +184,41 @@ class PSWorker:
         return [posted, time.perf_counter()]
 
     def _before_forward(self, mod, args) -> None:
+        t = time.perf_counter()
         for n in self.waits[mod]:
             self.recv.wait_for(n)
         if self.compute_start is None:
             self.compute_start = time.perf_counter()
+        else:
+            self.blocked += time.perf_counter() - t
 
     def _iteration(self, it: int) -> IterationRecord:
         import torch
         import torch.distributed as dist
         cfg, w = self.cfg, self.worker
-        rows = slice(w * cfg.batch, (w + 1) * cfg.batch)
-        xs = [x[rows].to(self.device) for x in global_batch(cfg, self.inputs, it)]
+        rows = self.share.receive(it) if self.share else slice(w * cfg.batch, (w + 1) * cfg.batch)
+        xs = [x.to(self.device) for x in batch_rows(cfg, self.inputs, it, rows.start, rows.stop)]
         if cfg.fail_worker == w and cfg.fail_iteration == it:
             time.sleep(0.2)  # mid-iteration: servers have started sending
             if cfg.fail_how == "stall":
                 time.sleep(10 * cfg.timeout + 60)
             os._exit(17)
         start = time.perf_counter()
-        self.compute_start = None
+        self.compute_start, self.blocked = None, 0.0
         self.recv.start(w, it)
         for p in self.params.values():
             p.grad = None
         if self.training:
             out = self.module(*xs)
+            waited = time.perf_counter()
             for n in cfg.order:  # parameters the forward did not touch
                 self.recv.wait_for(n)
-            tgt = global_target(cfg, out.shape, it)[rows].to(self.device)
-            loss_of(out, tgt).backward()
+            self.blocked += time.perf_counter() - waited
+            tgt = target_rows(cfg, out.shape, it, rows.start, rows.stop).to(self.device)
+            loss = loss_of(out, tgt) if rows.stop > rows.start else out.sum()  # no rows: zero gradients
+            if self.share:
+                loss = loss * self.share.weight  # n·b_i/X (paper Alg. 3): the servers' mean is unbiased
+            loss.backward()
             compute_end = time.perf_counter()
             grad_sends = {n: f.result() for n, _, f in self.sends}  # raises the waiter's PSTrainingError
             missing = set(cfg.order) - {n for n, _, _ in self.sends}
@@ -209,6 +226,8 @@ class PSWorker:
                 raise PSTrainingError(f"worker {w}: no gradient for {sorted(missing)[:5]} in iteration {it}; "
                                       "PS training needs every parameter to take part in the loss")
             self.sends.clear()
+            if self.share:  # busy time: compute, without the waits for parameters
+                self.share.report(it, compute_end - (self.compute_start or compute_end) - self.blocked)
         else:
             with torch.no_grad():
                 self.module(*xs)
@@ -225,4 +244,5 @@ class PSWorker:
         return IterationRecord(
             w, it, start, self.compute_start or end, end, dict(self.recv.arrivals),
             {n: cfg.server_of(n) for n in cfg.order},
-            {s: send_order(cfg, s, w, it) for s in range(cfg.servers)}, compute_end, grad_sends=grad_sends)
+            {s: send_order(cfg, s, w, it) for s in range(cfg.servers)}, compute_end, grad_sends=grad_sends,
+            stalls=self.recv.stalls)

@@ -20,7 +20,8 @@ class IterationRecord:
     ``sent`` maps it to the time its server posted the send (the transfer's
     start; filled in from the servers' records by :meth:`Timeline.add_sent`),
     ``compute_end`` is when the forward (inference) or backward (training)
-    returned, and ``grad_sends`` maps each parameter to the ``[start, end]``
+    returned, ``stalls`` the ``[start, end]`` of each wait for a parameter
+    that blocked the compute, and ``grad_sends`` maps each parameter to the ``[start, end]``
     of its gradient's send (post, and completion on the worker).
     """
 
@@ -35,6 +36,7 @@ class IterationRecord:
     compute_end: float | None = None
     sent: dict[str, float] = field(default_factory=dict)
     grad_sends: dict[str, list[float]] = field(default_factory=dict)
+    stalls: list[list[float]] = field(default_factory=list)
 
     @property
     def duration(self) -> float:
@@ -48,6 +50,27 @@ class IterationRecord:
     @property
     def last_arrival(self) -> float:
         return max(self.arrivals.values())
+
+
+def compute_spans(r: IterationRecord) -> list[tuple[float, float]]:
+    """The intervals a worker computed in: compute start to end, less the waits that blocked it.
+
+    Examples
+    --------
+    >>> compute_spans(IterationRecord(0, 0, 0.0, 1.0, 5.0, compute_end=4.0, stalls=[[0.5, 1.0], [2.0, 2.5]]))
+    [(1.0, 2.0), (2.5, 4.0)]
+    """
+    end = r.compute_end if r.compute_end is not None else r.end
+    spans, t = [], r.compute_start
+    for a, b in sorted(r.stalls):
+        if b <= t or a >= end:
+            continue
+        if a > t:
+            spans.append((t, a))
+        t = max(t, b)
+    if end > t:
+        spans.append((t, end))
+    return spans
 
 
 @dataclass
@@ -92,8 +115,8 @@ class Timeline:
         The schema of a simulated timeline (:func:`dlsched.exporters.chrome_trace.chrome_trace`
         writes both): parameter transfers are ``recv`` on ``ps:K/down`` from the
         server's send to the arrival, gradient sends ``send`` (``NAME/grad``) on
-        ``ps:K/up``, and each iteration's compute one ``compute`` op
-        (``iteration``) on ``compute:0``. ``priority`` is the transfer's place in
+        ``ps:K/up``, and each iteration's compute the ``compute`` ops
+        (``iteration N``) on ``compute:0`` between the waits that blocked it. ``priority`` is the transfer's place in
         its server's send order. Times are seconds since the first kept
         iteration's start. Iterations before ``skip`` (warm-up) are left out.
 
@@ -117,8 +140,9 @@ class Timeline:
                 s = r.server_of.get(n, 0)
                 rows.append((r.worker, r.iteration, n, "recv", f"ps:{s}/down", r.sent.get(n, r.start) - t0,
                              t - t0, rank.get(n)))
-            rows.append((r.worker, r.iteration, f"iteration {r.iteration}", "compute", "compute:0",
-                         r.compute_start - t0, (r.compute_end if r.compute_end is not None else r.end) - t0, None))
+            for a, b in compute_spans(r):
+                rows.append((r.worker, r.iteration, f"iteration {r.iteration}", "compute", "compute:0", a - t0,
+                             b - t0, None))
             for n, (a, b) in r.grad_sends.items():
                 rows.append((r.worker, r.iteration, f"{n}/grad", "send", f"ps:{r.server_of.get(n, 0)}/up",
                              a - t0, b - t0, None))

@@ -69,7 +69,7 @@ launcher. The timeline format is :mod:`dlsched.hooks.timeline`.
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from dlsched.factory import load_factory
 
@@ -134,14 +134,18 @@ def ps_train(rank: int, cfg: PSConfig, init_method: str) -> dict:
 @dataclass
 class PSRun:
     """The outcome of :func:`launch_local`: trained parameters (training), the
-    workers' timeline, each rank's exit code and stderr, and the job directory
-    when it was kept (``keep=True``; ``None`` once deleted)."""
+    workers' timeline, each rank's exit code and stderr, the job directory
+    when it was kept (``keep=True``; ``None`` once deleted), and the batch
+    sizes of a run with a batch policy."""
 
     params: dict
     timeline: Timeline
     returncodes: list[int]
     stderr: list[str]
     workdir: str | None = None
+    #: with a batch policy, server 0's per-iteration history and the policy's warnings
+    #: (:meth:`dlsched.hooks.batch_manager.BatchManager.result`), else empty
+    batches: dict = field(default_factory=dict)
 
 
 def rank_command(cfg_path: str, rank: int, init_method: str, out: str, parent: int | None = None) -> list[str]:
@@ -213,7 +217,8 @@ def launch_local(cfg: PSConfig, timeout: float | None = None, workdir: str | Non
             timeline.records += Timeline.from_dict(res["timeline"]).records
     for res in job.results:
         timeline.add_sent(res.get("sent", []))
-    return PSRun(params, timeline, job.returncodes, job.stderr, job.workdir)
+    batches = next(({k: res[k] for k in ("batches", "batch_warnings")} for res in job.results if "batches" in res), {})
+    return PSRun(params, timeline, job.returncodes, job.stderr, job.workdir, batches)
 
 
 def main(argv=None) -> None:
