@@ -346,7 +346,7 @@ def simulate_policies(trace: SpeedTrace, policies, global_batch: int, *, caps=No
             last_key, last_val = key, trace.optimum(k, global_batch, caps)[1]
         opt_time[k] = last_val
     steps, iters, warnings, phases = [], [], {}, {}
-    for spec in policies:
+    for spec in dict.fromkeys(policies):  # a policy named twice runs once
         name, extra = _parse(spec)
         extra.update((options or {}).get(spec, {}))
         if name == "static" and "static_split" not in extra:

@@ -199,12 +199,19 @@ class LBBSPGpu(BatchPolicy):
     whose batch is already ``≤ Δ`` is left as it is, with a warning that it
     should be removed.
 
-    ``settle=True`` (an addition to the paper) stops the fine-tune phase from
-    cycling around the optimum: a move is skipped when the leader's time after
-    taking ``Δ`` more samples, estimated from its own last two batch sizes,
-    would not be below the straggler's time. ``settle=False`` is the paper's
-    Algorithm 2 as written; it keeps stepping back and forth between the
-    optimum and a neighbour.
+    Two departures from the paper's listing:
+
+    - in the fast-approach phase a straggler with ``fine_delta < b ≤ Δ``
+      samples switches to fine-tune instead of being declared removable (the
+      5-sample step is too coarse for it, the worker is not necessarily too
+      slow); the warning comes when the straggler has ``≤ Δ`` in fine-tune;
+    - ``settle=True`` stops the fine-tune phase from cycling around the
+      optimum: the step goes to the fastest worker (the leader first) that has
+      led the straggler for ``D`` iterations and whose own time at the bigger
+      batch, when it ran that batch before, was below the straggler's time now
+      (a batch it never ran is tried); when none qualifies, nothing moves. ``settle=False`` is the
+      listing as written, which keeps stepping between the optimum and a
+      neighbour.
     """
 
     name = "lbbsp-gpu"
@@ -219,14 +226,6 @@ class LBBSPGpu(BatchPolicy):
         self.history: list[np.ndarray] = []
         self.seen: list[dict[int, float]] = [dict() for _ in range(self.n)]  # batch → last time, per worker
         self.moves: list[tuple[int, int, int, int]] = []  # (boundary, straggler, leader, samples)
-
-    def _slope(self, i, b):
-        """Seconds per sample of worker ``i`` near batch ``b``, from the nearest other batch it ran."""
-        others = [c for c in self.seen[i] if c != b]
-        if b not in self.seen[i] or not others:
-            return None
-        c = min(others, key=lambda c: abs(c - b))
-        return (self.seen[i][b] - self.seen[i][c]) / (b - c)
 
     def _next(self, sizes, times, readings):
         t = np.asarray(times, dtype=float)
@@ -245,23 +244,43 @@ class LBBSPGpu(BatchPolicy):
         if leader == straggler:
             return out
         if sizes[straggler] <= self.delta:
+            if self.phase == "fast-approach" and sizes[straggler] > self.fine_delta:
+                self._fine_tune()  # the fast step is too big for this straggler, not the worker too slow
+                return out
             self.warn(f"worker {straggler} should be removed: it is the straggler with only {sizes[straggler]} "
                       f"samples (≤ the step {self.delta}), and the others are faster without it")
             return out
         window = self.history[-self.window:]
-        if len(window) >= self.window and all(h[leader] < h[straggler] for h in window):
-            step = min(self.delta, self.caps[leader] - sizes[leader])
-            if self.settle and self.phase == "fine-tune":
-                slope = self._slope(leader, sizes[leader])
-                if slope is not None and t[leader] + slope * step >= t[straggler]:
-                    return out
-            out[leader] += step
+
+        def led(i):
+            return len(window) >= self.window and all(h[i] < h[straggler] for h in window)
+
+        receiver = leader if led(leader) else None
+        if receiver is not None and self.settle and self.phase == "fine-tune":
+            # the leader first, then the next fastest: the first whose time after the step stays below the straggler's
+            receiver = next((i for i in sorted(eligible, key=lambda i: (t[i], i))
+                             if i != straggler and led(i) and self._improves(i, sizes, t, t[straggler])), None)
+            if receiver is None:
+                return out
+        if receiver is not None:
+            step = min(self.delta, self.caps[receiver] - sizes[receiver])
+            out[receiver] += step
             out[straggler] -= step
-            self.moves.append((self.iteration, straggler, leader, step))
+            self.moves.append((self.iteration, straggler, receiver, step))
         elif self.phase == "fast-approach" and any(h[leader] > h[straggler] for h in self.history):
-            self.phase, self.delta, self.window = "fine-tune", self.fine_delta, self.fine_window
-            self.fine_since = self.iteration
+            self._fine_tune()
         return out
+
+    def _improves(self, i, sizes, t, limit):
+        """Worker ``i``'s time after ``Δ`` more samples stays below ``limit``, by its own time at that batch when
+        it ran it (shifted by how its time at the current batch has changed since); a batch it never ran is tried."""
+        b, step = sizes[i], min(self.delta, self.caps[i] - sizes[i])
+        # strictly below (a relative 1e-9): handing a sample between twins changes nothing and would cycle
+        return b + step not in self.seen[i] or t[i] + self.seen[i][b + step] - self.seen[i][b] < limit * (1 - 1e-9)
+
+    def _fine_tune(self):
+        self.phase, self.delta, self.window = "fine-tune", self.fine_delta, self.fine_window
+        self.fine_since = self.iteration
 
 
 def make_policy(name: str, global_batch: int, workers: int, *, caps=None, predictor="ema", static_split=None,
