@@ -50,12 +50,11 @@ def simulate(oracle, default_time, rescale_batch, priority_path, algo, workers, 
     Work beyond --max-work op-steps (ops × workers × iterations, per order
     compared) is refused before it starts; long runs show a progress bar.
     """
+    from dlsched.analyses.collectives_report import collectives_report, parse_collectives
     from dlsched.analyses.compare import parse_orders
     from dlsched.analyses.simulate_report import check_simulate_work, simulate_report
     from dlsched.errors import DlschedError
     from dlsched.exporters.priority_file import read_priority_file
-
-    from dlsched.analyses.collectives_report import collectives_report, parse_collectives
 
     exclusive(priorities=priority_path, algo=algo)
     try:
@@ -64,7 +63,8 @@ def simulate(oracle, default_time, rescale_batch, priority_path, algo, workers, 
         raise click.BadParameter(str(e), param_hint="--compare") from None
     if kinds or collective or step_time is not None or imbalance is not None:
         exclusive(collective=collective, compare=kinds)
-        exclusive(step_time=step_time, model=model_kw["model"])
+        if step_time is not None and model_kw["model"]:
+            raise click.UsageError("give either MODEL (with --oracle) or --step-time, not both")
         if priority_path or algo or trace_out or plot:
             raise click.UsageError("--priorities, --algo, --trace-out and --plot are for parameter servers; "
                                    "the all-reduce collectives take none of them")
