@@ -119,6 +119,8 @@ def train_with_policy(model: str, *, workers: int = 4, servers: int = 1, global_
                     global_batch=global_batch, batch_policy=policy, policy_options=options, lr=lr, seed=seed,
                     timeout=timeout)
     check_settings(**settings)  # before importing the model
+    from dlsched.planning.batch_policies import make_policy
+    make_policy(policy, global_batch, workers, seed=seed, **options)  # refuses its own bad settings
     order = order_from_module(model)
     cfg = PSConfig(model=model, order=order, window=window or len(order), **settings)
     if quotas:
