@@ -135,6 +135,31 @@ def test_what_if_on_a_model(model):
     assert table.returncode == 0 and "collectives compared" in table.stdout and "majority" in table.stdout
 
 
+def test_buckets_overlap_backward():
+    """DDP buckets in backward's production order, each all-reduced while backward goes on (DESIGN §4.8)."""
+    from dlsched.analyses.ddp_buckets import step_shape
+
+    g, t = random_dag(40, 12, training=True, seed=7)
+    shape = step_shape(g, t, bucket_bytes=256 * 1024)
+    assert len(shape.bucket_bytes) > 2 and list(shape.bucket_offsets) == sorted(shape.bucket_offsets)
+    ones, zeros = np.ones((3, 4)), np.zeros((3, 4))
+    run = run_collective("allreduce", shape, ones, zeros, 1e-4, 2e8)
+    costs = [allreduce_cost("ring", 4, n, 1e-4, 2e8) for n in shape.bucket_bytes]
+    step = run.done[0]
+    assert step < shape.compute_s + sum(costs)  # the earlier buckets hid behind backward
+    assert step >= max(shape.compute_s + costs[-1], shape.bucket_offsets[0] + sum(costs)) - 1e-12
+
+
+@given(st.integers(1, 12), st.integers(1, 30), st.integers(0, 99))
+def test_imbalance_draws(P, T, seed):
+    d = parse_imbalance("rotate:10ms:80ms").draw(P, T, seed)[1]
+    assert all(sorted(row) == sorted(d[0]) for row in d) and (P == 1 or len(set(d[:, 0])) == min(P, T))
+    k = (P + 1) // 2
+    d = parse_imbalance(f"random:k={k}:delay=5ms").draw(P, T, seed)[1]
+    assert ((d > 0).sum(axis=1) == k).all()
+    assert (d == parse_imbalance(f"random:k={k}:delay=5ms").draw(P, T, seed)[1]).all()
+
+
 def test_bad_usage_exits_2(model):
     assert_clean_error(run_cli("simulate", "--step-time", "1s", "--compare", "solo,tac"), "mixes collectives")
     assert_clean_error(run_cli("simulate", "--compare", "solo"), "--step-time")
