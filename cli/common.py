@@ -343,3 +343,18 @@ def column_table(title: str | None, columns: tuple[str, ...], rows, left: tuple[
     for row in rows:
         t.add_row(*row)
     return t
+
+
+def load_optional_model(oracle, default_time, rescale_batch, why: str, **model_kw):
+    """``(graph, times)`` of an optional MODEL with its --oracle, or ``(None, None)`` without MODEL.
+
+    MODEL without --oracle is a usage error whose message ends with ``why`` (what the oracle is for).
+    """
+    if model_kw.get("model") is None:
+        return None, None
+    from dlsched.exporters.oracle_file import load_times
+
+    if oracle is None:
+        raise click.UsageError(f"MODEL needs --oracle: {why}")
+    graph = load_graph(**model_kw)
+    return graph, load_times(oracle, graph, default_time, rescale_batch=rescale_batch)

@@ -9,7 +9,7 @@ from dlsched.analyses.orders import ALGORITHMS
 from dlsched.planning.cluster_plan import DEFAULT_ROWS, SERVER_ASSUMPTIONS
 
 from .common import (BANDWIDTH, BYTES, FRACTION, NONNEG_FLOAT, POSITIVE_DURATION, POSITIVE_FLOAT, POSITIVE_INT,
-                     console, emit_json, fmt_bytes, fmt_seconds, key_value_table, load_graph, max_work_option,
+                     console, emit_json, fmt_bytes, fmt_seconds, key_value_table, load_optional_model, max_work_option,
                      model_options, oracle_options)
 
 
@@ -56,14 +56,8 @@ def plan_cluster(oracle, default_time, rescale_batch, algo, trace_path, overhead
     """
     from dlsched.planning.cluster_plan import plan_cluster as answer
 
-    graph = times = None
-    if model_kw["model"] is not None:
-        from dlsched.exporters.oracle_file import load_times
-
-        if oracle is None:
-            raise click.UsageError("MODEL needs --oracle: the time oracle that gives T_C and R_O")
-        graph = load_graph(**model_kw)
-        times = load_times(oracle, graph, default_time, rescale_batch=rescale_batch)
+    graph, times = load_optional_model(oracle, default_time, rescale_batch, "the time oracle that gives T_C and R_O",
+                                       **model_kw)
     plan = answer(overhead_ratio, target_speedup, max_devices, param_bytes, workers, bandwidth, compute_time, max_work,
                   devices, target_efficiency, graph, times, algo, trace_path)
     if as_json:

@@ -313,7 +313,7 @@ def _arg_int(ev: dict, args: dict, key: str, path, default=None) -> int:
     return int(v)
 
 
-def trace_frame(path: str | Path):
+def trace_frame(path: str | Path, required: bool = True):
     """The op executions of a dlsched Chrome trace, as the frame :func:`rate_ops` takes.
 
     Reads the complete events (:func:`dlsched.profiling.trace_import.read_trace_events`);
@@ -322,15 +322,23 @@ def trace_frame(path: str | Path):
     ``args.priority``. ``ts``/``dur`` are microseconds; a link event's
     name ``w<i>:<op>`` gives the op ``<op>``.
 
+    Parameters
+    ----------
+    path : str or Path
+    required : bool
+        Refuse a trace whose events lack these args; with ``False``, answer ``None`` for it
+        (any other trace, say PyTorch's own, which only has a span to rate).
+
     Returns
     -------
-    pandas.DataFrame
+    pandas.DataFrame or None
         ``iteration, worker, op, kind, resource, start, end, priority`` (seconds; priority NaN when absent).
 
     Raises
     ------
     TraceError
-        (a :class:`DlschedError`) The file is unreadable or not a trace, or an event lacks these args.
+        (a :class:`DlschedError`) The file is unreadable or not a trace, or (``required``) an event lacks
+        these args.
     """
     import pandas as pd
 
@@ -341,11 +349,14 @@ def trace_frame(path: str | Path):
     for ev in read_trace_events(path):
         args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
         kind, resource = args.get("kind"), args.get("resource")
-        if kind not in KINDS or not isinstance(resource, str) or not resource:
+        if kind not in KINDS or not isinstance(resource, str) or not resource or "worker" not in args:
+            if not required:
+                return None
             raise TraceError(f"{path}: event {ev.get('name', '?')!r} at ts={ev['ts']:g} has no args.kind "
-                             f"({', '.join(KINDS)}) and args.resource, so it cannot be rated per worker: rating "
-                             "a trace needs dlsched's schema, as `dlsched simulate --trace-out` and the PyTorch "
-                             "hook write it (with MODEL --oracle, `bounds --trace` rates any trace's span)")
+                             f"({', '.join(KINDS)}), args.worker and args.resource, so it cannot be rated per "
+                             "worker: rating a trace needs dlsched's schema, as `dlsched simulate --trace-out` and "
+                             "the PyTorch hook write it (with MODEL --oracle, `bounds --trace` rates any trace's "
+                             "span)")
         worker = _arg_int(ev, args, "worker", path)
         name = str(ev.get("name", ""))
         prefix = f"w{worker}:"
@@ -390,8 +401,8 @@ class TraceRating:
         return out
 
 
-def rate_trace(path: str | Path, graph: Graph | None = None, times: Mapping[str, float] | None = None
-               ) -> TraceRating:
+def rate_trace(path: str | Path, graph: Graph | None = None, times: Mapping[str, float] | None = None,
+               required: bool = True) -> TraceRating | None:
     """Rate every worker and iteration of a dlsched Chrome trace (:func:`trace_frame`, :func:`rate_ops`).
 
     With ``graph`` and ``times`` each iteration's time is also rated against
@@ -404,10 +415,12 @@ def rate_trace(path: str | Path, graph: Graph | None = None, times: Mapping[str,
     graph : Graph, optional
     times : mapping, optional
         Op name → seconds (with ``graph``).
+    required : bool
+        As :func:`trace_frame`: with ``False``, ``None`` for a trace not in dlsched's schema.
 
     Returns
     -------
-    TraceRating
+    TraceRating or None
 
     Raises
     ------
@@ -429,8 +442,10 @@ def rate_trace(path: str | Path, graph: Graph | None = None, times: Mapping[str,
     >>> r.summary()["worker_model_errors"]
     1
     """
-    # Trace times are rounded to 1 ns (3 decimals of a microsecond), ts and dur alike.
-    pw, pi = rate_ops(trace_frame(path), rounding=TRACE_ROUNDING)
+    frame = trace_frame(path, required)
+    if frame is None:
+        return None
+    pw, pi = rate_ops(frame, rounding=TRACE_ROUNDING)
     if graph is not None and times is not None:
         cols = {"predicted_upper": [], "predicted_lower": [], "predicted_efficiency": [],
                 "predicted_model_error": []}

@@ -81,12 +81,6 @@ class SimulationReport:
         """``per_worker`` and ``per_iteration``, for the JSON form (empty for one worker and iteration)."""
         return {"per_worker": self.run.per_worker, "per_iteration": self.run.per_iteration} if self.multi else {}
 
-    @property
-    def below_serial(self) -> bool:
-        """Some order's E is below 0. Never, since E is rated against the bounds of all the workers sharing
-        the links (DESIGN §4.6); kept for callers that still ask."""
-        effs = [self.figures["efficiency"]] + [r["efficiency"] for r in self.figures.get("compare", [])]
-        return self.multi and min(effs) < 0
 
 
 def simulate_report(graph: Graph, times: Mapping[str, float], algo: str = "unordered", given=None,

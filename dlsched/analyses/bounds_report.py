@@ -1,0 +1,99 @@
+"""The ``bounds`` answer: a model's bounds under an oracle, a makespan rated against them, and a trace rated.
+
+A model with an oracle gives TicTac's ``U``, ``L``, ``S`` and the
+dependency-aware ``L_dep`` (DESIGN §4.1); a measured makespan (or a trace's
+span) is rated against them. A dlsched Chrome trace (``simulate
+--trace-out``, the PyTorch hook) is rated per worker and iteration from its
+own realised op times, with or without a model
+(:func:`dlsched.analyses.multiworker_bounds.rate_trace`, DESIGN §4.6).
+
+Examples
+--------
+>>> from dlsched.synthetic import random_dag
+>>> g, t = random_dag(20, 5, training=True, seed=3)
+>>> r = bounds_report(g, t, makespan=0.5)
+>>> sorted(k for k in r.figures if k in ("upper", "lower", "efficiency", "model_error"))
+['efficiency', 'lower', 'model_error', 'upper']
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from dlsched.dag import Graph
+
+
+@dataclass(frozen=True)
+class BoundsReport:
+    """What :func:`bounds_report` answers.
+
+    Attributes
+    ----------
+    figures : dict
+        The JSON object: with a model, ``upper``, ``lower``, ``speedup``,
+        ``loads``, the dependency bound, and with a makespan its
+        ``efficiency`` and ``model_error``; with a rated trace, ``trace``
+        (its summary) plus ``per_iteration`` and ``per_worker`` rows.
+    bounds : Bounds or None
+        The model's bounds (None without a model).
+    rating, dependency_rating : Rating or None
+        The makespan against ``[L, U]`` and ``[L_dep, U]``.
+    trace : TraceRating or None
+        The trace's workers and iterations, rated.
+    """
+
+    figures: dict
+    bounds: object = None
+    rating: object = None
+    dependency_rating: object = None
+    trace: object = None
+
+
+def bounds_report(graph: Graph | None = None, times: Mapping[str, float] | None = None,
+                  makespan: float | None = None, trace: str | Path | None = None) -> BoundsReport:
+    """Bounds of ``graph`` under ``times``, the ``makespan`` (or ``trace``'s span) rated, ``trace`` rated per worker.
+
+    Parameters
+    ----------
+    graph : Graph, optional
+        With ``times``; without a model only ``trace`` is rated.
+    times : mapping, optional
+        Op name → seconds for every op.
+    makespan : float, optional
+        A measured iteration time in seconds.
+    trace : str or Path, optional
+        A Chrome trace. With a model, its span is the makespan; a trace in
+        dlsched's schema (args kind, worker, resource) is also rated per
+        worker and iteration, and each iteration against the oracle's
+        bounds for its workers. Without a model it must be in that schema.
+
+    Raises
+    ------
+    TraceError
+        An unreadable trace, or (without a model) one not in dlsched's schema.
+    """
+    from .multiworker_bounds import rate_trace
+
+    figures: dict = {}
+    b = rating = dep_rating = rated = None
+    if graph is not None:
+        from .bounds import bounds, rate_makespan, trace_makespan
+        from .dependency_bound import dependency_bound
+
+        b, dep = bounds(graph, times), dependency_bound(graph, times)
+        if trace is not None:
+            makespan = trace_makespan(trace)
+        figures = {"model": graph.name, "mode": graph.mode, "upper": b.upper, "lower": b.lower,
+                   "speedup": b.speedup, "loads": dict(b.loads), "dependency_lower": dep.lower,
+                   "dependency_resource": dep.resource, "critical_path": dep.critical_path}
+        if makespan is not None:
+            rating, dep_rating = rate_makespan(b.upper, b.lower, makespan), rate_makespan(b.upper, dep.lower, makespan)
+            figures.update(makespan=makespan, efficiency=rating.efficiency, model_error=rating.model_error,
+                           dependency_efficiency=dep_rating.efficiency)
+    if trace is not None:
+        rated = rate_trace(trace, graph, times, required=graph is None)
+        if rated is not None:
+            figures.update(trace=rated.summary(), per_iteration=rated.per_iteration.to_dict(orient="records"),
+                           per_worker=rated.per_worker.to_dict(orient="records"))
+    return BoundsReport(figures, b, rating, dep_rating, rated)
