@@ -62,7 +62,18 @@ def collectives_report(kinds: Sequence[str], processes: int, iterations: int, im
                        times: Mapping[str, float] | None = None, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
                        latency: float | None = None, bandwidth: float | None = None, algorithm: str = "ring",
                        activation: str = "free-running", seed: int = 0, max_work: int | None = None) -> dict:
-    """Simulate ``kinds`` side by side and return the report (keys in the module docstring of the CLI).
+    """Simulate ``kinds`` side by side and return the report.
+
+    Keys: ``source`` (``model`` or ``step-time``), ``workers``, ``iterations``,
+    ``seed``, ``imbalance``, ``activation``, ``algorithm``, ``alpha_s``,
+    ``beta_Bps``, ``step_compute_s``, ``gradient_bytes``, ``buckets``,
+    ``allreduce_s`` (one step's all-reduces), ``activation_s``, ``model`` (with a
+    model), and ``collectives``: per collective the figures of
+    :meth:`.allreduce_sim.CollectiveRun.figures` (``steps_per_s``,
+    ``mean_iteration_s``, ``iteration_s_per_process``, ``mean_latency_s``,
+    ``mean_nap``, ``nap``, ``mean_staleness``, ``max_staleness``,
+    ``missed_rate``, ``queued_at_end``, ``initiators``) plus ``speedup`` over
+    the synchronous all-reduce when it is compared.
 
     Raises
     ------
