@@ -207,5 +207,8 @@ class FairShareLink(LinkPolicy):
         return [(t + max(w, 0.0) / rate, g) for g, w in self.left.items()]
 
 
+#: The link model the simulator uses unless told otherwise (DESIGN §4.7: the one that predicts real runs best).
+DEFAULT_SHARING = "serial"
+
 #: Link models by name (the simulator's ``sharing`` values), in documentation order.
 LINK_POLICIES: dict[str, type[LinkPolicy]] = {p.name: p for p in (SerialLink, FairShareLink)}

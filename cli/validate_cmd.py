@@ -1,0 +1,58 @@
+"""``dlsched validate MODEL``: a real parameter-server cluster per order, predicted against measured."""
+from __future__ import annotations
+
+import click
+
+from .common import POSITIVE_INT, SEED, emit_json, err_console
+
+
+@click.command()
+@click.argument("model")
+@click.option("--mode", type=click.Choice(["inference", "training"]), default="inference", show_default=True)
+@click.option("--batch", type=POSITIVE_INT, default=8, show_default=True, help="Samples per worker and iteration.")
+@click.option("--workers", type=POSITIVE_INT, default=2, show_default=True)
+@click.option("--servers", type=POSITIVE_INT, default=1, show_default=True)
+@click.option("--rate", default="auto", show_default=True,
+              help="The server link's tc rate (1gbit, 500mbit), or auto: the link's load equals a worker's compute.")
+@click.option("--orders", default="random,topo,tic,tac", show_default=True,
+              help="Orders to run; random is the unordered baseline the throughput ratios divide by.")
+@click.option("--iterations", type=POSITIVE_INT, default=20, show_default=True,
+              help="Measured iterations per order, after the warm-up.")
+@click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True,
+              help="Iterations run first and dropped.")
+@click.option("--threads", type=POSITIVE_INT, default=1, show_default=True,
+              help="Intra-op threads per process, in the cluster and in the profile.")
+@click.option("--network", type=click.Choice(["auto", "netns", "localhost"]), default="auto", show_default=True,
+              help="auto: network namespaces with a tc-shaped link as root, else localhost (unshaped).")
+@click.option("--sharing", type=click.Choice(["serial", "fair"]), default=None,
+              help="Link model of the tables [default: the simulator's]; every model is compared below them.")
+@click.option("--seed", type=SEED, default=0, show_default=True)
+@click.option("--trace-out", type=click.Path(file_okay=False), default=None,
+              help="Folder for each order's measured Chrome trace (ORDER.trace.json; dlsched bounds --trace).")
+@click.option("--plot", type=click.Path(dir_okay=False), default=None,
+              help="PNG of predicted against measured, with the replayed-order fit (TicTac Fig. 12a).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
+def validate(model, mode, batch, workers, servers, rate, orders, iterations, warmup, threads, network, sharing,
+             seed, trace_out, plot, as_json):
+    """Run MODEL on a real parameter-server cluster under each order and compare with the simulator (DESIGN §4.7).
+
+    As root the ranks run in network namespaces with the server's link shaped
+    by tc; otherwise on plain localhost, and the output says so. The simulator
+    uses an in-situ oracle: compute profiled with the cluster's threads per
+    process, transfers from a gloo measurement of the same link. Per order it
+    prints measured and predicted mean and p95 iteration time with the error,
+    throughput over random, straggler share and the efficiency E.
+    """
+    from dlsched.hooks.validate_run import run_validation, validation_outputs
+
+    from .validate_views import render
+
+    say = (lambda line: err_console.print(f"[dim]validate:[/] {line}")) if not as_json else (lambda line: None)
+    v = run_validation(model, workers=workers, servers=servers, rate=rate, mode=mode,
+                       orders=tuple(o.strip() for o in orders.split(",") if o.strip()), iterations=iterations,
+                       warmup=warmup, batch=batch, threads=threads, network=network, seed=seed, say=say)
+    out = validation_outputs(v, sharing, trace_out=trace_out, plot=plot)
+    if as_json:
+        emit_json(out)
+    else:
+        render(out)

@@ -1,0 +1,173 @@
+"""Predicted against measured: the figures of one order's real run beside its simulation (DESIGN §4.7).
+
+Pure functions over data: the measured side comes from a parameter-server
+run's :class:`~dlsched.hooks.timeline.Timeline` (per iteration: the span from
+the first worker's start to the last worker's end, and each worker's
+makespan), the predicted side from
+:func:`~dlsched.analyses.multiworker.simulate_workers` with the in-situ oracle.
+:func:`replay_iteration` rates one measured iteration by replaying the transfer
+order its servers really sent through the simulator (TicTac §6.2, Fig. 12a),
+and :func:`fit_line` is the least-squares line of that figure.
+
+Examples
+--------
+>>> s = iteration_stats([1.0, 1.2, 1.1, 0.9])
+>>> round(s["mean"], 3), round(s["p95"], 3)
+(1.05, 1.185)
+>>> round(relative_error(1.1, 1.0), 3)
+0.1
+"""
+from __future__ import annotations
+
+import math
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from dlsched.dag import Graph
+
+
+def iteration_stats(values: Sequence[float]) -> dict:
+    """Mean, p50, p95, min and max of per-iteration values (``numpy.percentile``, linear)."""
+    v = np.asarray(list(values), dtype=float)
+    if v.size == 0:
+        return {"mean": math.nan, "p50": math.nan, "p95": math.nan, "min": math.nan, "max": math.nan}
+    return {"mean": float(v.mean()), "p50": float(np.percentile(v, 50)), "p95": float(np.percentile(v, 95)),
+            "min": float(v.min()), "max": float(v.max())}
+
+
+def relative_error(predicted: float, measured: float) -> float:
+    """``(predicted − measured) / measured``: positive when the prediction is too slow."""
+    return (predicted - measured) / measured if measured else math.nan
+
+
+def measured_iterations(timeline, skip: int = 0) -> list[dict]:
+    """Per kept iteration of a real run: ``iteration``, ``iteration_time`` and ``straggler_share``.
+
+    The iteration time is the span from the earliest worker's start to the
+    latest worker's end; the straggler share is ``(max_i m_i − min_i m_i) /
+    max_i m_i`` over the workers' makespans ``m_i`` from that common start.
+
+    Examples
+    --------
+    >>> from dlsched.hooks.timeline import IterationRecord, Timeline
+    >>> t = Timeline([IterationRecord(0, 0, 0.0, 0.1, 1.0), IterationRecord(1, 0, 0.0, 0.1, 0.8)])
+    >>> measured_iterations(t)
+    [{'iteration': 0, 'iteration_time': 1.0, 'straggler_share': 0.19999999999999996}]
+    """
+    out = []
+    for span in timeline.iteration_spans(skip=skip):
+        m = list(span["makespans"].values())
+        out.append({"iteration": span["iteration"], "iteration_time": span["end"] - span["start"],
+                    "straggler_share": (max(m) - min(m)) / max(m) if max(m) > 0 else 0.0})
+    return out
+
+
+def observed_priorities(record) -> dict[str, int]:
+    """The transfer order one worker's servers really sent in one iteration, as priorities.
+
+    Each parameter's priority is its place in its server's send order (the
+    simulator ranks transfers per link, so places on different servers never
+    compete).
+
+    Examples
+    --------
+    >>> from dlsched.hooks.timeline import IterationRecord
+    >>> observed_priorities(IterationRecord(0, 0, 0, 0, 1, sent_order={0: ["b", "a"], 1: ["c"]}))
+    {'b': 0, 'a': 1, 'c': 0}
+    """
+    return {n: i for order in record.sent_order.values() for i, n in enumerate(order)}
+
+
+def replay_iteration(graph: Graph, times: Mapping[str, float], priorities: Sequence[Mapping[str, int]],
+                     sharing: str) -> list[float]:
+    """Simulate one iteration in which worker ``w`` enforces ``priorities[w]``; returns each worker's makespan.
+
+    Examples
+    --------
+    >>> from dlsched.synthetic import random_dag
+    >>> g, t = random_dag(20, 6, seed=3)
+    >>> order = {r.name: i for i, r in enumerate(g.recvs())}
+    >>> spans = replay_iteration(g, t, [order, order], "fair")
+    >>> len(spans), spans[0] == spans[1]
+    (2, True)
+    """
+    from .multiworker import _run_workers
+    from .simulate import compile_graph, transfer_ranks
+
+    sg = compile_graph(graph, times)
+    ranks = [transfer_ranks(sg, p, 0, "canonical") for p in priorities]
+    _, end = _run_workers(sg, [sg.dur] * len(ranks), ranks, list(range(len(ranks))), sharing)
+    return [max(e, default=0.0) for e in end]
+
+
+def fit_line(x: Sequence[float], y: Sequence[float]) -> dict:
+    """Least-squares line ``y = slope·x + intercept`` and its coefficient of determination ``r2``.
+
+    Examples
+    --------
+    >>> f = fit_line([0, 1, 2, 3], [1.0, 0.9, 0.8, 0.7])
+    >>> round(f["slope"], 3), round(f["intercept"], 3), round(f["r2"], 3)
+    (-0.1, 1.0, 1.0)
+    """
+    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    dx = xs - xs.mean() if xs.size else xs
+    sxx = float((dx ** 2).sum())
+    if xs.size < 2 or not sxx > 0:
+        return {"slope": math.nan, "intercept": math.nan, "r2": math.nan, "points": int(xs.size)}
+    slope = float((dx * (ys - ys.mean())).sum()) / sxx
+    intercept = float(ys.mean() - slope * xs.mean())
+    resid = ys - (slope * xs + intercept)
+    total = float(((ys - ys.mean()) ** 2).sum())
+    r2 = 1.0 - float((resid ** 2).sum()) / total if total > 0 else math.nan
+    return {"slope": float(slope), "intercept": float(intercept), "r2": r2, "points": int(xs.size)}
+
+
+def compare_order(measured: Sequence[dict], predicted) -> dict:
+    """One order's table row: measured and predicted mean/p95 iteration time, errors, straggler share.
+
+    Parameters
+    ----------
+    measured : list of dict
+        :func:`measured_iterations` of the real run.
+    predicted : MultiWorkerResult
+        The simulation of the same configuration.
+
+    Examples
+    --------
+    >>> from dlsched.analyses.multiworker import simulate_workers
+    >>> from dlsched.synthetic import random_dag
+    >>> g, t = random_dag(20, 6, seed=3)
+    >>> sim = simulate_workers(g, t, workers=2, iterations=3)
+    >>> m = [{"iteration": i, "iteration_time": sim.per_iteration["iteration_time"][i] * 1.1,
+    ...       "straggler_share": 0.0} for i in range(3)]
+    >>> round(compare_order(m, sim)["mean_error"], 3)
+    -0.091
+    """
+    mt = iteration_stats(r["iteration_time"] for r in measured)
+    pt = iteration_stats(predicted.per_iteration["iteration_time"])
+    ms = iteration_stats(r["straggler_share"] for r in measured)
+    ps = iteration_stats(predicted.per_iteration["straggler_share"])
+    return {"measured_mean": mt["mean"], "predicted_mean": pt["mean"],
+            "mean_error": relative_error(pt["mean"], mt["mean"]),
+            "measured_p95": mt["p95"], "predicted_p95": pt["p95"], "p95_error": relative_error(pt["p95"], mt["p95"]),
+            "measured_straggler": ms["mean"], "predicted_straggler": ps["mean"], "iterations": len(measured)}
+
+
+def add_throughput_ratios(rows: dict[str, dict], baseline: str = "random") -> None:
+    """Add ``measured_ratio`` and ``predicted_ratio`` (throughput over ``baseline``'s) to every row, in place.
+
+    Examples
+    --------
+    >>> rows = {"random": {"measured_mean": 1.2, "predicted_mean": 1.0},
+    ...         "tac": {"measured_mean": 1.0, "predicted_mean": 0.8}}
+    >>> add_throughput_ratios(rows); round(rows["tac"]["measured_ratio"], 2), rows["tac"]["ratio_error"]
+    (1.2, 0.050000000000000044)
+    """
+    if baseline not in rows:
+        return
+    base = rows[baseline]
+    for row in rows.values():
+        row["measured_ratio"] = base["measured_mean"] / row["measured_mean"]
+        row["predicted_ratio"] = base["predicted_mean"] / row["predicted_mean"]
+        row["ratio_error"] = row["predicted_ratio"] - row["measured_ratio"]

@@ -1,0 +1,508 @@
+"""Run a real parameter-server cluster per transfer order and set the simulator's prediction beside it (DESIGN §4.7).
+
+:func:`run_validation` is what ``dlsched validate MODEL`` runs:
+
+1. **Hosts.** As root, one network namespace per rank joined by a bridge,
+   the server's link shaped to ``rate`` by ``tc`` (:mod:`dlsched.hooks.netns`);
+   otherwise plain localhost processes, unshaped, and the result says so.
+2. **In-situ oracle.** Compute: every op of the model profiled with the
+   cluster's intra-op threads per process (the median of ``runs`` runs, since
+   the cluster's iterations are not best cases either). Transfers:
+   ``latency + bytes / bandwidth`` from ``--measure-network`` over the same
+   link (a ``net-peer`` in the server's namespace, the client in a worker's),
+   so gloo's per-transfer overhead is in the fitted latency.
+3. **Per order** (``random`` is the unordered baseline; ``topo``, ``tic``,
+   ``tac`` are enforced from :func:`dlsched.analyses.orders.compute_order`
+   with the oracle's times): the real job through
+   :func:`dlsched.hooks.torch_ps.launch_local`, warm-up iterations dropped,
+   then :func:`~dlsched.analyses.multiworker.simulate_workers` of the same
+   configuration under every link model, and every measured iteration replayed
+   with the transfer order its servers really sent
+   (:func:`~dlsched.analyses.validate.replay_iteration`).
+
+Examples
+--------
+>>> pick_rate(compute=0.1, transfer_bytes=25e6, workers=2)
+'4000mbit'
+>>> r = run_validation("examples/torch_models.py:small_cnn", orders=("random", "tac"))  # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from dlsched.errors import DlschedError
+
+#: Orders ``validate`` runs: the unordered baseline and the enforced ones.
+ORDERS = ("random", "topo", "tic", "tac")
+NETWORKS = ("auto", "netns", "localhost")
+
+
+def pick_rate(compute: float, transfer_bytes: float, workers: int, ratio: float = 1.0) -> str:
+    """The ``tc`` rate at which the server link's load is ``ratio`` times a worker's compute.
+
+    ``W·bytes / rate = ratio · C``: at ``ratio = 1`` the link and the compute
+    are equally loaded, where ordering matters most (``S`` is largest); a
+    large ``ratio`` is communication-bound, a small one compute-bound. Rounded
+    to whole Mbit/s.
+
+    Raises
+    ------
+    DlschedError
+        A non-positive compute time, byte count or ratio.
+    """
+    if not (compute > 0 and transfer_bytes > 0 and ratio > 0):
+        raise DlschedError(f"cannot pick a link rate from compute {compute!r} s, {transfer_bytes!r} bytes and "
+                           f"ratio {ratio!r}: all must be positive")
+    bits = 8 * workers * transfer_bytes / (ratio * compute)
+    return f"{max(1, round(bits / 1e6))}mbit"
+
+
+@dataclass
+class Hosts:
+    """Where the ranks run: ``kind`` is ``netns`` (shaped link) or ``localhost``."""
+
+    kind: str
+    rate: str | None
+    note: str
+    cluster: object = None
+    ranks: int = 0
+
+    def prefixes(self) -> list[list[str]] | None:
+        return [self.cluster.exec_prefix(i) for i in range(self.ranks)] if self.cluster else None
+
+    def envs(self) -> list[dict] | None:
+        from .launcher import rank_env
+        return [rank_env(self.cluster.ifname(i)) for i in range(self.ranks)] if self.cluster else None
+
+    def init_method(self) -> str | None:
+        if not self.cluster:
+            return None
+        return f"tcp://{self.cluster.address(0)}:{random.randint(20000, 30000)}"
+
+    def close(self) -> None:
+        if self.cluster:
+            self.cluster.destroy()
+
+
+def open_hosts(network: str, ranks: int, rate: str | None) -> Hosts:
+    """Build the hosts of a ``ranks``-process cluster (``network``: auto, netns or localhost).
+
+    Raises
+    ------
+    DlschedError
+        ``netns`` asked for without root, or the namespaces cannot be made.
+    """
+    from . import netns
+    if network not in NETWORKS:
+        raise DlschedError(f"--network must be one of {', '.join(NETWORKS)}, got {network!r}")
+    if network == "netns" and not netns.available():
+        raise DlschedError("--network netns needs root and the ip and tc tools (network namespaces with a "
+                           "tc-shaped link); run as root, or use --network localhost")
+    if network == "localhost" or not netns.available():
+        why = "asked for" if network == "localhost" else "not root, so no network namespaces"
+        return Hosts("localhost", None, f"plain localhost processes ({why}): the link is loopback, unshaped"
+                     + (f"; --rate {rate} is not applied" if rate else ""), ranks=ranks)
+    if rate is None:
+        raise DlschedError("a shaped link needs a rate; give --rate (e.g. 1gbit) or --rate auto")
+    netns.tc_rate_bytes(rate)
+    cluster = netns.Cluster(ranks, rate)
+    cluster.create()
+    return Hosts("netns", rate, f"network namespaces, server link shaped to {rate} by tc tbf", cluster, ranks)
+
+
+_CLIENT = ("import json, sys\nfrom dlsched.profiling.network import measure_peer\n"
+           "m = measure_peer(sys.argv[1], int(sys.argv[2]), sizes=json.loads(sys.argv[3]), repeats=3)\n"
+           "print('LINK ' + json.dumps(m.to_dict()), flush=True)\n")
+#: The small transfer whose round trip gives the per-transfer latency (gloo's overhead included).
+SMALL = 4096
+
+
+def link_sizes(rate_bytes: float | None) -> list[int]:
+    """Transfer sizes of the link measurement: :data:`SMALL`, then three sizes well past tc's 128 KB burst.
+
+    The largest takes about 0.4 s on the link (1 MB to 16 MB).
+
+    Examples
+    --------
+    >>> link_sizes(12.5e6)
+    [4096, 1250000, 2500000, 5000000]
+    >>> link_sizes(None)[-1]
+    16777216
+    """
+    big = int(min(16 << 20, max(1 << 20, 0.4 * rate_bytes))) if rate_bytes else 16 << 20
+    return [SMALL, big // 4, big // 2, big]
+
+
+def link_from_minima(m):
+    """Bandwidth from the large transfers' slope, one-way latency from the small round trip / 2.
+
+    A tc token bucket sends its burst (128 KB) at line rate, so a fit over all
+    sizes bends towards it; a model's transfers go back to back and keep the
+    bucket empty, so only the sizes past the burst say what the link carries.
+    """
+    from dlsched.profiling.network import fit_link
+    bandwidth, _ = fit_link(m.sizes[1:], m.min_times[1:])
+    m.bandwidth, m.latency = bandwidth, m.min_times[0] / 2
+    return m
+
+
+def measure_link(hosts: Hosts, timeout: float = 60.0):
+    """Measure the cluster's own link (:class:`~dlsched.profiling.network.LinkMeasurement`).
+
+    On ``netns`` hosts a ``dlsched net-peer`` runs in the server's namespace
+    and the client in the first worker's, so the figures are those of the
+    shaped link, gloo's per-transfer overhead included (:func:`link_from_minima`).
+
+    Raises
+    ------
+    NetworkError
+        The peer does not start or the measurement fails.
+    """
+    from dlsched.profiling.network import LinkMeasurement, NetworkError, _read_line, _reap, measure_local
+
+    from .netns import tc_rate_bytes
+    sizes = link_sizes(tc_rate_bytes(hosts.rate) if hosts.rate else None)
+    if hosts.cluster is None:
+        return link_from_minima(measure_local(sizes=sizes, repeats=3, timeout=timeout))
+    c = hosts.cluster
+    envs, pre = hosts.envs(), hosts.prefixes()
+    peer = subprocess.Popen(pre[0] + [sys.executable, "-m", "dlsched.cli.main", "net-peer", "--host", c.address(0),
+                                      "--port", "0", "--sessions", "1", "--timeout", str(timeout)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(envs[0], PYTHONUNBUFFERED="1"))
+    try:
+        line = _read_line(peer, time.monotonic() + 120)
+        if not line or "listening on" not in line:
+            raise NetworkError(f"the network peer in the server's namespace did not start: {_reap(peer)}")
+        port = line.rsplit(":", 1)[1]
+        try:
+            out = subprocess.run(pre[1] + [sys.executable, "-c", _CLIENT, c.address(0), port, json.dumps(sizes)],
+                                 env=envs[1], capture_output=True, text=True, timeout=timeout * 10)
+        except subprocess.TimeoutExpired:
+            raise NetworkError(f"measuring the shaped link took over {timeout * 10:.0f} s") from None
+        got = [ln for ln in out.stdout.splitlines() if ln.startswith("LINK ")]
+        if out.returncode or not got:
+            tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
+            raise NetworkError(f"measuring the shaped link failed: {tail}")
+        return link_from_minima(LinkMeasurement(**json.loads(got[-1][5:])))
+    finally:
+        _reap(peer)
+
+
+@dataclass
+class InSituOracle:
+    """The times the simulation uses, and where each came from."""
+
+    graph: object
+    times: dict
+    compute: float
+    transfer_bytes: float
+    link: dict
+    threads: int
+    runs: int
+
+    def describe(self) -> dict:
+        return {"compute": f"median of {self.runs} profiled runs per op, {self.threads} intra-op thread(s) "
+                           "per process (as the cluster runs)",
+                "transfers": "latency + bytes / bandwidth measured with gloo over the cluster's link (bandwidth: "
+                             "transfers of 1-16 MB; latency: half a 4 KB round trip)",
+                "compute_per_worker_s": self.compute, "transfer_bytes_per_worker": self.transfer_bytes,
+                "bandwidth_bytes_per_s": self.link["bandwidth"], "latency_s": self.link["latency"],
+                "link_peer": self.link.get("peer")}
+
+
+def in_situ_oracle(model: str, graph, link, threads: int, runs: int = 5) -> InSituOracle:
+    """Profile ``graph``'s compute with ``threads`` intra-op threads; cost its transfers on ``link``.
+
+    Raises
+    ------
+    DlschedError
+        Profiling fails (see :func:`dlsched.profiling.oracle.build_oracle`).
+    """
+    import warnings
+
+    from dlsched.exporters.oracle_file import oracle_times
+    from dlsched.profiling.oracle import build_oracle
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # noisy ops are expected here: the oracle takes medians
+        built = build_oracle(graph, model=model, runs=runs, warmup=1, measure=lambda: link, default_time=0.0,
+                             threads=threads)
+    frame = built.result.frame.copy()
+    if "median" in frame.columns:
+        has = frame["median"].notna() & (frame["resource"].astype(str).str.startswith("compute"))
+        frame.loc[has, "time"] = frame.loc[has, "median"]
+    times = oracle_times(frame, graph, default_time=0.0)
+    compute = sum(times[o.name] for o in graph.compute_ops())
+    nbytes = float(sum(o.bytes for o in graph.recvs()))
+    return InSituOracle(graph, times, compute, nbytes, {"bandwidth": link.bandwidth, "latency": link.latency,
+                                                 "peer": link.peer}, threads, runs)
+
+
+@dataclass
+class OrderRun:
+    """One order's real run and its simulations."""
+
+    name: str
+    priorities: dict | None
+    timeline: object
+    measured: list
+    predicted: dict  # sharing -> MultiWorkerResult
+    replayed: dict = field(default_factory=dict)  # sharing -> [iteration time per measured iteration]
+
+
+def run_order(model: str, graph, oracle: InSituOracle, hosts: Hosts, name: str, *, workers: int, servers: int,
+              mode: str, batch: int, iterations: int, warmup: int, threads: int, sharings: Sequence[str],
+              seed: int = 0) -> OrderRun:
+    """Run order ``name`` for real on ``hosts`` and simulate it; see the module docstring."""
+    from dlsched.analyses.multiworker import simulate_workers
+    from dlsched.analyses.orders import compute_order
+    from dlsched.analyses.validate import measured_iterations, observed_priorities, replay_iteration
+
+    from .torch_ps import PSConfig, launch_local
+    recvs = graph.recvs()
+    prio = None if name == "random" else compute_order(graph, name, oracle.times)
+    order = [r.name for r in recvs] if prio is None else sorted(prio, key=lambda n: (prio[n], n))
+    predicted = {s: simulate_workers(graph, oracle.times, workers, prio, iterations=iterations, seed=seed,
+                                     sharing=s, keep_timeline=False) for s in sharings}
+    guess = max(float(p.per_iteration["iteration_time"].max()) for p in predicted.values())
+    cfg = PSConfig(model=model, order=order, ps={r.name: r.ps for r in recvs}, servers=servers, workers=workers,
+                   iterations=warmup + iterations, batch=batch, mode=mode, unordered=prio is None, window=1,
+                   timeout=max(60.0, 20 * guess), lr=0.001, seed=seed, threads=threads)
+    run = launch_local(cfg, timeout=120 + 10 * guess * (warmup + iterations), prefixes=hosts.prefixes(),
+                       env=hosts.envs(), init_method=hosts.init_method())
+    measured = measured_iterations(run.timeline, skip=warmup)
+    replayed = {}
+    for s in sharings:
+        spans = []
+        for it in run.timeline.iterations[warmup:]:
+            recs = sorted((r for r in run.timeline.records if r.iteration == it), key=lambda r: r.worker)
+            spans.append(max(replay_iteration(graph, oracle.times, [observed_priorities(r) for r in recs], s)))
+        replayed[s] = spans
+    return OrderRun(name, prio, run.timeline, measured, predicted, replayed)
+
+
+@dataclass
+class Validation:
+    """Everything ``dlsched validate`` reports (see :func:`run_validation`)."""
+
+    model: str
+    mode: str
+    workers: int
+    servers: int
+    batch: int
+    threads: int
+    hosts: dict
+    oracle: InSituOracle
+    runs: dict  # order -> OrderRun
+    sharings: tuple
+    wall_s: float = 0.0
+
+
+def run_validation(model: str, *, workers: int = 2, servers: int = 1, rate: str | None = "auto",
+                   mode: str = "inference", orders: Sequence[str] = ORDERS, iterations: int = 20, warmup: int = 3,
+                   batch: int = 8, threads: int = 1, network: str = "auto", sharings: Sequence[str] | None = None,
+                   seed: int = 0, say: Callable[[str], None] = lambda s: None) -> Validation:
+    """Run ``model`` on a real parameter-server cluster under each order and simulate each (DESIGN §4.7).
+
+    Parameters
+    ----------
+    model : str
+        A PyTorch factory ``path/file.py:fn`` or ``package.module:fn``.
+    rate : str
+        The server link's ``tc`` rate (``1gbit``), or ``auto``: the rate at
+        which the link's load equals a worker's compute (:func:`pick_rate`,
+        where ordering matters most).
+    orders : sequence of str
+        Among ``random, topo, tic, tac``.
+    iterations, warmup : int
+        Measured iterations per order, after ``warmup`` dropped ones.
+    network : {"auto", "netns", "localhost"}
+        ``auto``: namespaces with a shaped link as root, else localhost.
+    sharings : sequence of str, optional
+        Link models to predict with (default: all of
+        :data:`~dlsched.analyses.links.LINK_POLICIES`).
+    say : callable
+        Hears one line per step (progress).
+
+    Raises
+    ------
+    DlschedError
+        Bad settings (before any process starts), a model that is not a
+        PyTorch factory, a failed measurement or a failed rank.
+    """
+    from dlsched.analyses.links import LINK_POLICIES
+    from dlsched.loader import detect_format, load_model
+
+    from . import netns
+    from .ps_config import check_settings
+    bad = sorted(set(orders) - set(ORDERS))
+    if bad or not orders or len(set(orders)) != len(orders):
+        raise DlschedError(f"--orders takes distinct names among {', '.join(ORDERS)}, got {', '.join(orders) or '-'}")
+    sharings = tuple(sharings or LINK_POLICIES)
+    if set(sharings) - set(LINK_POLICIES):
+        raise DlschedError(f"unknown link model(s) {sorted(set(sharings) - set(LINK_POLICIES))}; "
+                           f"expected among {', '.join(LINK_POLICIES)}")
+    if not isinstance(warmup, int) or warmup < 0:
+        raise DlschedError(f"--warmup must be a whole number ≥ 0, got {warmup!r}")
+    check_settings(workers=workers, servers=servers, iterations=iterations, batch=batch, threads=threads,
+                   mode=mode, seed=seed)
+    if rate not in (None, "auto"):
+        netns.tc_rate_bytes(rate)
+    if detect_format(model) != "torch":
+        raise DlschedError(f"validate runs PyTorch models on a real cluster; {model!r} is not a PyTorch factory "
+                           "(path/file.py:fn or package.module:fn)")
+    t0 = time.monotonic()
+    graph = load_model(model, mode=mode, batch=batch, ps=servers)
+    hosts = None
+    try:
+        if rate == "auto" and (network == "localhost" or not netns.available()):
+            rate = None
+        if rate == "auto":  # profile compute on the host first, then shape the link to match it
+            say("profiling compute to pick the rate")
+            from dlsched.profiling.network import LinkMeasurement
+            pre = in_situ_oracle(model, graph, LinkMeasurement(1e9, 0.0, "none"), threads, runs=3)
+            rate = pick_rate(pre.compute, pre.transfer_bytes, workers)
+            say(f"picked rate {rate} (server link load = one worker's compute)")
+        hosts = open_hosts(network, servers + workers, rate)
+        say(f"hosts: {hosts.note}")
+        say("measuring the link")
+        link = measure_link(hosts)
+        say(f"link: {link.bandwidth * 8 / 1e6:.0f} Mbit/s, latency {link.latency * 1e6:.0f} us; profiling compute")
+        oracle = in_situ_oracle(model, graph, link, threads)
+        runs = {}
+        for name in orders:
+            say(f"running order {name} ({warmup} + {iterations} iterations)")
+            runs[name] = run_order(model, graph, oracle, hosts, name, workers=workers, servers=servers, mode=mode,
+                                   batch=batch, iterations=iterations, warmup=warmup, threads=threads,
+                                   sharings=sharings, seed=seed)
+        host_info = {"kind": hosts.kind, "rate": hosts.rate, "note": hosts.note}
+    finally:
+        if hosts is not None:
+            hosts.close()
+    return Validation(model, mode, workers, servers, batch, threads, host_info, oracle, runs, sharings,
+                      time.monotonic() - t0)
+
+
+def report(v: Validation, sharing: str) -> dict:
+    """The figures ``dlsched validate`` prints, predicting with link model ``sharing``.
+
+    Per order: measured and predicted mean and p95 iteration time and their
+    errors (:func:`~dlsched.analyses.validate.compare_order`), throughput over
+    random (measured, predicted), straggler share, and ``E``: the predicted
+    and measured iteration times rated against the oracle's multi-worker
+    bounds ``U_W``/``L_W`` (a measured time outside them is a model error,
+    given with its size), and the measured trace's own ``E`` from its
+    realised op times (:func:`~dlsched.analyses.multiworker_bounds.rate_ops`).
+    """
+    from dlsched.analyses.multiworker_bounds import multiworker_bounds, rate, rate_ops
+    from dlsched.analyses.validate import add_throughput_ratios, compare_order, fit_line, iteration_stats
+    graph_b = multiworker_bounds(v.oracle.graph, v.oracle.times, v.workers)
+    U, L = float(graph_b.upper), float(graph_b.lower)
+
+    def mean_e(values):
+        rs = [rate(t, U, L) for t in values]
+        es = [r.efficiency for r in rs if r.efficiency is not None]
+        errs = [r.model_error for r in rs if r.efficiency is None]
+        return (float(sum(es) / len(es)) if es else None), len(errs), (max(errs, key=abs) if errs else 0.0)
+
+    rows = {}
+    for name, run in v.runs.items():
+        row = compare_order(run.measured, run.predicted[sharing])
+        pe, _, _ = mean_e(run.predicted[sharing].per_iteration["iteration_time"])
+        me, outside, worst = mean_e([r["iteration_time"] for r in run.measured])
+        skip = len(run.timeline.iterations) - len(run.measured)
+        _, per_it = rate_ops(run.timeline.frame(skip=skip))
+        te = per_it["efficiency"].dropna()
+        row.update(predicted_efficiency=pe, measured_efficiency=me, measured_outside_bounds=outside,
+                   measured_model_error=worst, trace_efficiency=float(te.mean()) if len(te) else None,
+                   replayed_mean=iteration_stats(run.replayed[sharing])["mean"])
+        rows[name] = row
+    add_throughput_ratios(rows)
+    pts = fig12_points(v, sharing)  # TicTac Fig. 12a: E of the replayed order against normalised step time
+    fig12 = fit_line([e for e, _, _ in pts], [t for _, t, _ in pts])
+    total = sum(len(run.measured) for run in v.runs.values())
+    return {"model": v.model, "mode": v.mode, "workers": v.workers, "servers": v.servers, "batch": v.batch,
+            "threads": v.threads, "hosts": v.hosts, "sharing": sharing, "oracle": v.oracle.describe(),
+            "bounds": {"upper": U, "lower": L, "speedup": float(graph_b.speedup)}, "orders": rows,
+            "replay_fit": {**fig12, "excluded": total - len(pts)}, "cpu": cpu_model(), "wall_s": v.wall_s}
+
+
+def validation_outputs(v: Validation, sharing: str | None = None, trace_out: str | None = None,
+                       plot: str | None = None) -> dict:
+    """:func:`report` under ``sharing`` (default: the simulator's link model), each link model's errors
+    side by side (``link_models``), and the optional files: each order's measured Chrome trace in
+    ``trace_out`` (``ORDER.trace.json``) and the PNG ``plot``.
+
+    Raises
+    ------
+    DlschedError
+        A file cannot be written.
+    """
+    from pathlib import Path
+
+    from dlsched.analyses.links import DEFAULT_SHARING
+    from dlsched.exporters.chrome_trace import write_chrome_trace
+    sharing = sharing or DEFAULT_SHARING
+    out = report(v, sharing)
+    out["link_models"] = {}
+    for s in v.sharings:
+        rows = report(v, s)["orders"] if s != sharing else out["orders"]
+        errs = [abs(r["mean_error"]) for r in rows.values()]
+        ratio = [abs(r["ratio_error"]) for r in rows.values() if "ratio_error" in r]
+        out["link_models"][s] = {"max_abs_mean_error": max(errs), "mean_abs_mean_error": sum(errs) / len(errs),
+                                 "max_abs_ratio_error": max(ratio) if ratio else None}
+    try:
+        if trace_out:
+            Path(trace_out).mkdir(parents=True, exist_ok=True)
+            out["traces"] = {}
+            for name, run in v.runs.items():
+                path = Path(trace_out) / f"{name}.trace.json"
+                skip = len(run.timeline.iterations) - len(run.measured)
+                write_chrome_trace(run.timeline.frame(skip=skip), path, model=v.model,
+                                   metadata={"generator": "dlsched validate (measured)", "order": name,
+                                             "mode": v.mode, "hosts": v.hosts["note"]})
+                out["traces"][name] = str(path)
+        if plot:
+            from dlsched.exporters.validate_plot import write_validate_plot
+            write_validate_plot(out, plot, fig12_points(v, sharing))
+            out["plot"] = str(plot)
+    except OSError as e:
+        raise DlschedError(f"cannot write validate's output: {e}") from None
+    return out
+
+
+def fig12_points(v: Validation, sharing: str) -> list[tuple[float, float, str]]:
+    """``(E of the replayed order, measured step time / fastest step time, order)`` per measured iteration."""
+    from dlsched.analyses.multiworker_bounds import multiworker_bounds, rate
+    b = multiworker_bounds(v.oracle.graph, v.oracle.times, v.workers)
+    pts = []
+    for name, run in v.runs.items():
+        for t_rep, m in zip(run.replayed[sharing], run.measured):
+            e = rate(t_rep, b.upper, b.lower).efficiency
+            if e is not None:
+                pts.append((e, m["iteration_time"], name))
+    lo = min((t for _, t, _ in pts), default=1.0)
+    return [(e, t / lo, n) for e, t, n in pts]
+
+
+def cpu_model() -> str:
+    """The CPU's model name from ``/proc/cpuinfo`` (``unknown`` elsewhere)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+def load_average() -> float:
+    """The one-minute load average (``os.getloadavg``)."""
+    return os.getloadavg()[0]
