@@ -1,17 +1,10 @@
 """Tables of ``dlsched bounds``: a model's bounds and loads, and a trace's iterations and workers rated."""
 from __future__ import annotations
 
-import math
-
-from .common import column_table, console, fmt_seconds, key_value_table
+from .common import column_table, console, fmt_efficiency, fmt_seconds, key_value_table
 
 #: Iterations listed one per row; beyond that the table shows the first and last ones (all are in --json).
 MAX_ROWS = 20
-
-
-def fmt_efficiency(e) -> str:
-    """``0.913``; ``—`` where there is no efficiency (a model error)."""
-    return "—" if e is None or (isinstance(e, float) and math.isnan(e)) else f"{e:.3f}"
 
 
 def fmt_model_error(err: float, bound: float) -> str:

@@ -358,3 +358,10 @@ def load_optional_model(oracle, default_time, rescale_batch, why: str, **model_k
         raise click.UsageError(f"MODEL needs --oracle: {why}")
     graph = load_graph(**model_kw)
     return graph, load_times(oracle, graph, default_time, rescale_batch=rescale_batch)
+
+
+def fmt_efficiency(e, model_error: float = 0.0) -> str:
+    """``0.913``; where there is no efficiency, ``—`` and the time outside the bounds (``— (+1.2 ms)``)."""
+    if e is not None and not (isinstance(e, float) and math.isnan(e)):
+        return f"{e:.3f}"
+    return f"— ({'+' if model_error > 0 else '−'}{fmt_seconds(abs(model_error))})" if model_error else "—"

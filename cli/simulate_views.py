@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from .common import (BANDWIDTH, DURATION, POSITIVE_DURATION, POSITIVE_FLOAT, Quantity, column_table, console,
-                     fmt_bytes, fmt_seconds, key_value_table)
+                     fmt_bytes, fmt_efficiency, fmt_seconds, key_value_table)
 
 
 def collective_options(fn):
@@ -88,7 +88,7 @@ def print_orders(out: dict, report) -> None:
         console.print(column_table("per worker (mean over iterations)",
                                    ("worker", "makespan", "efficiency", "waits for slowest"),
                                    [(str(r["worker"]), fmt_seconds(r["makespan"]),
-                                     "—" if r["efficiency"] is None else f"{r['efficiency']:.3f}",
+                                     fmt_efficiency(r["efficiency"], r["model_error"]),
                                      fmt_seconds(r["wait"])) for r in report.run.per_worker]))
     if "compare" in out:
         mean = any(r["algorithm"] == "random" for r in out["compare"])
@@ -97,9 +97,9 @@ def print_orders(out: dict, report) -> None:
                                    [(r["algorithm"], fmt_seconds(r["makespan"]), f"{r['efficiency']:.3f}",
                                      f"{r['straggler_share']:.1%}") for r in out["compare"]], left=("order",)))
     if multi and any(r["efficiency"] is None for r in report.run.per_worker):
-        console.print("—: the worker sat idle while its transfers queued behind other workers' on a serial link, "
-                      "which its own bounds do not count (a model error, see --json); E is rated against the "
-                      "bounds of all workers sharing the links (DESIGN §4.6).")
+        console.print("— (+t): the worker sat idle while its transfers queued behind other workers' on a serial "
+                      "link, t longer than its own bounds count (a model error); E is rated against the bounds of "
+                      "all workers sharing the links (DESIGN §4.6).")
     for key, what in (("trace", "Chrome trace"), ("plot", "Gantt chart")):
         if key in out:
             console.print(f"wrote {what} to [bold]{out[key]}[/]")

@@ -203,7 +203,7 @@ def _efficiencies(stdout: str) -> list[float]:
             out.append(float(cells[1].split()[0]))
         elif header and len(cells) == len(header):
             for h, c in zip(header, cells):
-                if ("efficiency" in h or re.fullmatch(r"(own )?E(_W)?", h)) and c not in ("—", ""):
+                if ("efficiency" in h or re.fullmatch(r"(own )?E(_W)?", h)) and not c.startswith("—") and c:
                     out.append(float(c))
     return out
 
