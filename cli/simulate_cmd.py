@@ -71,10 +71,12 @@ def simulate(oracle, default_time, rescale_batch, priority_path, algo, workers, 
         graph = times = None
         if step_time is None:
             graph, times = _model(oracle, default_time, rescale_batch, model_kw)
-        out = collectives_report(kinds or [collective or "allreduce"], workers, iterations, imbalance,
-                                 step_time=step_time, gradient_bytes=gradient_size, graph=graph, times=times,
-                                 bucket_bytes=int(bucket_mb * 1024**2), latency=latency, bandwidth=bandwidth,
-                                 algorithm=algorithm, activation=activation, seed=seed, max_work=max_work)
+        with progress("simulating collectives", unit="steps") as bar:
+            out = collectives_report(kinds or [collective or "allreduce"], workers, iterations, imbalance,
+                                     step_time=step_time, gradient_bytes=gradient_size, graph=graph, times=times,
+                                     bucket_bytes=int(bucket_mb * 1024**2), latency=latency, bandwidth=bandwidth,
+                                     algorithm=algorithm, activation=activation, seed=seed, max_work=max_work,
+                                     progress=bar)
         return emit_json(out) if as_json else print_collectives(out)
     try:
         compare = parse_orders(compare)

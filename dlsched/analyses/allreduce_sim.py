@@ -171,7 +171,7 @@ def majority_initiators(processes: int, steps: int, seed: int) -> np.ndarray:
 
 def run_collective(kind: str, shape: StepShape, factors: np.ndarray, delays: np.ndarray, alpha: float,
                    beta: float, algorithm: str = "ring", seed: int = 0,
-                   activation: str = "free-running") -> CollectiveRun:
+                   activation: str = "free-running", progress=None) -> CollectiveRun:
     """Simulate ``T`` free-running steps of ``P`` processes under one collective (module docstring).
 
     Parameters
@@ -214,6 +214,8 @@ def run_collective(kind: str, shape: StepShape, factors: np.ndarray, delays: np.
     initiator, nap = np.empty(T, dtype=int), np.empty(T, dtype=int)
     end = np.zeros(P)
     for j in range(T):
+        if progress is not None and j % 512 == 0:
+            progress(j)
         start = (end if activation == "free-running" else np.full(P, end.max())) + delays[j]
         ready = start[:, None] + factors[j][:, None] * offsets[None, :]
         a = start + factors[j] * shape.compute_s

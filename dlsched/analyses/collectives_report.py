@@ -61,7 +61,8 @@ def collectives_report(kinds: Sequence[str], processes: int, iterations: int, im
                        step_time: float | None = None, gradient_bytes: int = 0, graph: Graph | None = None,
                        times: Mapping[str, float] | None = None, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
                        latency: float | None = None, bandwidth: float | None = None, algorithm: str = "ring",
-                       activation: str = "free-running", seed: int = 0, max_work: int | None = None) -> dict:
+                       activation: str = "free-running", seed: int = 0, max_work: int | None = None,
+                       progress=None) -> dict:
     """Simulate ``kinds`` side by side and return the report.
 
     Keys: ``source`` (``model`` or ``step-time``), ``workers``, ``iterations``,
@@ -73,7 +74,8 @@ def collectives_report(kinds: Sequence[str], processes: int, iterations: int, im
     ``mean_iteration_s``, ``iteration_s_per_process``, ``mean_latency_s``,
     ``mean_nap``, ``nap``, ``mean_staleness``, ``max_staleness``,
     ``missed_rate``, ``queued_at_end``, ``initiators``) plus ``speedup`` over
-    the synchronous all-reduce when it is compared.
+    the synchronous all-reduce when it is compared. ``progress(steps done,
+    total)`` is called now and then, counting the steps of every collective.
 
     Raises
     ------
@@ -113,8 +115,10 @@ def collectives_report(kinds: Sequence[str], processes: int, iterations: int, im
            "activation_s": activation_broadcast(processes, alpha), "collectives": {}}
     if graph is not None:
         out["model"] = graph.name
-    for kind in kinds:
-        run = run_collective(kind, shape, factors, delays, alpha, beta, algorithm, seed, activation)
+    total = len(kinds) * iterations
+    for i, kind in enumerate(kinds):
+        tick = None if progress is None else (lambda done, off=i * iterations: progress(off + done, total))
+        run = run_collective(kind, shape, factors, delays, alpha, beta, algorithm, seed, activation, tick)
         out["collectives"][kind] = run.figures()
     if "allreduce" in out["collectives"]:
         base = out["collectives"]["allreduce"]["steps_per_s"]
