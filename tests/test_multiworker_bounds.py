@@ -59,7 +59,7 @@ def test_simulated_iterations_lie_within_the_multi_worker_bounds(spec, workers, 
     assert (pw["efficiency"].isna() == (pw["model_error"] != 0)).all()
     if sharing == "fair" or workers == 1:  # a worker's own stream never carries another's transfer
         assert (pw["model_error"] == 0).all(), pw
-    if jitter == 0:  # the oracle's U_W and L_W are the realised ones
+    if jitter == 0 and sharing in ("serial", "fair"):  # work-conserving links: the oracle's U_W, L_W are realised
         assert pi["upper"].tolist() == pytest.approx([r.upper] * iterations)
         assert pi["lower"].tolist() == pytest.approx([r.lower] * iterations)
 

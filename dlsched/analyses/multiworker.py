@@ -384,7 +384,7 @@ def simulate_workers(graph: Graph, times: Mapping[str, float], workers: int = 2,
         if progress is not None:
             progress((it + 1) * per_iteration, total)
         spans = [max(e, default=0.0) for e in end]
-        worker_rows, row = rate_iteration(spans, *_loads(res, link, start, end, durs), iteration=it)
+        worker_rows, row = rate_iteration(spans, *_loads(res, link, start, end), iteration=it)
         for r in worker_rows:
             r["iteration_time"] = row["iteration_time"]
         rows += worker_rows
@@ -404,12 +404,16 @@ def simulate_workers(graph: Graph, times: Mapping[str, float], workers: int = 2,
                              enforced, timeline)
 
 
-def _loads(res, link, start, end, durs) -> tuple[list[list[float]], list[float]]:
+def _loads(res, link, start, end) -> tuple[list[list[float]], list[float]]:
     """One iteration's loads: each worker's realised time per resource (a transfer's time on the wire), and
-    every resource of the cluster's work (each worker's compute resources; each link, all workers' transfers)."""
+    every resource of the cluster's busy time (each worker's compute resources; each link, however it
+    shares itself among the workers: the union of their transfers' times on it), as a trace is rated
+    (:func:`~dlsched.analyses.multiworker_bounds.rate_ops`)."""
+    from .multiworker_bounds import busy_time
+
     K = len(link)
-    realised = np.asarray(end, dtype=float) - np.asarray(start, dtype=float)
-    work = np.asarray(durs, dtype=float)
-    own = [np.bincount(res, weights=d, minlength=K).tolist() for d in realised]
-    per = np.stack([np.bincount(res, weights=d, minlength=K) for d in work])
-    return own, per[:, ~link].ravel().tolist() + per[:, link].sum(axis=0).tolist()
+    st, en = np.asarray(start, dtype=float), np.asarray(end, dtype=float)
+    own = np.stack([np.bincount(res, weights=d, minlength=K) for d in en - st])
+    links = [busy_time(zip(st[:, res == k].ravel().tolist(), en[:, res == k].ravel().tolist()))
+             for k in np.flatnonzero(link)]
+    return own.tolist(), own[:, ~link].ravel().tolist() + links
