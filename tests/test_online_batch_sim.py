@@ -6,6 +6,8 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dlsched.analyses.online_batch_sim import (read_trace, replay_batch, scenario_trace, simulate_policies,
                                                table3_trace)
@@ -141,3 +143,16 @@ def test_noise_keeps_the_fig8_split_near_the_optimum():
     it = res.iterations
     assert it[it.iteration.between(100, 149)].iteration_time.mean() <= 1.602 * 1.03
     assert np.isfinite(res.summary().final_gap[0])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 1), st.floats(0.001, 0.1), st.integers(1, 80)), min_size=1, max_size=5),
+       st.integers(1, 200))
+def test_bisection_optimum_equals_the_exact_split(workers, X):
+    from dlsched.analyses.online_batch_sim import SpeedTrace
+
+    a, s, caps = (np.array([[w[j] for w in workers]], dtype=float) for j in range(3))
+    X = min(X, int(caps.sum()))
+    trace = SpeedTrace(a, s, np.ones_like(a), np.zeros_like(a), np.ones_like(a))
+    caps = caps[0].astype(int).tolist()
+    assert trace.optimum_time(0, X, caps) == pytest.approx(trace.optimum(0, X, caps)[1], rel=1e-9)

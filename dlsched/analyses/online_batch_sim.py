@@ -83,6 +83,31 @@ class SpeedTrace:
         b = np.asarray(batches, dtype=float)
         return np.where(b > 0, (self.overhead[k] + self.per_sample[k] * b) * self.hidden[k], 0.0)
 
+    def optimum_time(self, k: int, global_batch: int, caps=None) -> float:
+        """:meth:`optimum`'s time, by bisection on ``T`` for these affine curves (no per-sample table).
+
+        Worker ``i`` fits ``n_i(T) = min(bmax_i, ⌊(T − a_i)/s_i⌋)`` samples in ``T`` (none if that is below 1); the
+        smallest ``T`` with ``Σ n_i(T) ≥ X`` is found to float precision and snapped down to the largest
+        ``a_i + s_i·n_i`` it admits, a value the curves take.
+        """
+        a, s = self.overhead[k], self.per_sample[k]
+        cap = np.full(self.workers, float(global_batch)) if caps is None else np.asarray(caps, dtype=float)
+
+        def fit(T):
+            n = np.minimum(cap, np.floor((T - a) / s + 1e-9))
+            return np.where(n >= 1, n, 0.0)
+
+        if fit((a + s * cap).max()).sum() < global_batch:
+            raise DlschedError(f"global batch {global_batch} does not fit the workers' largest batches")
+        lo, hi = 0.0, float((a + s * cap).max())
+        for _ in range(100):
+            mid = (lo + hi) / 2
+            lo, hi = (lo, mid) if fit(mid).sum() >= global_batch else (mid, hi)
+            if hi - lo <= 1e-12 * hi:
+                break
+        n = fit(hi)
+        return float(np.where(n > 0, a + s * n, 0.0).max())
+
     def optimum(self, k: int, global_batch: int, caps=None) -> tuple[list[int], float]:
         """The balanced optimum of iteration ``k``: exact split of the curves without the hidden factor."""
         a, s = self.overhead[k], self.per_sample[k]
@@ -343,7 +368,7 @@ def simulate_policies(trace: SpeedTrace, policies, global_batch: int, *, caps=No
     for k in range(K):
         key = (trace.overhead[k].tobytes(), trace.per_sample[k].tobytes())
         if key != last_key:
-            last_key, last_val = key, trace.optimum(k, global_batch, caps)[1]
+            last_key, last_val = key, trace.optimum_time(k, global_batch, caps)
         opt_time[k] = last_val
     steps, iters, warnings, phases = [], [], {}, {}
     for spec in dict.fromkeys(policies):  # a policy named twice runs once
@@ -396,7 +421,7 @@ def replay_batch(policies=DEFAULT_POLICIES, global_batch: int | None = None, *, 
 
     Examples
     --------
-    >>> res = replay_batch(["lbbsp-gpu"], scenario="fig8", iterations=60)
+    >>> res = replay_batch(["lbbsp-gpu"], scenario="fig8", iterations=120)
     >>> res.summary().final_batches[0]
     [89, 21, 12, 6]
     """

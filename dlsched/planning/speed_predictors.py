@@ -96,7 +96,8 @@ class NARX:
         self.pending = np.full((workers, 7), np.nan)  # inputs used for the last prediction, waiting for its target
         models = 1 if shared else workers
         self.nets = [self._init_net() for _ in range(models)]
-        self.data = [([], []) for _ in range(models)]
+        # per model: a ring buffer of (inputs, target) rows and how many were ever added
+        self.data = [(np.empty((buffer, 7)), np.empty(buffer), [0]) for _ in range(models)]
 
     # -- the network -------------------------------------------------------------------------------------------
     def _init_net(self):
@@ -139,15 +140,13 @@ class NARX:
         fallback = self.ema.step(speeds, cpu, mem)
         # the prediction made at the last boundary now has its target
         for i in np.flatnonzero(seen & np.isfinite(self.pending).all(1)):
-            X, y = self.data[self._model(i)]
-            X.append(self.pending[i].copy())
-            y.append(np.log(speeds[i]) - np.log(self.v[0, i]))
-            if len(X) > self.cap:
-                del X[: len(X) - self.cap]
-                del y[: len(y) - self.cap]
-        for mi, (X, y) in enumerate(self.data):
-            if len(X) >= min(self.batch, self.warmup):
-                self._train(self.nets[mi], np.asarray(X), np.asarray(y))
+            X, y, count = self.data[self._model(i)]
+            X[count[0] % self.cap] = self.pending[i]
+            y[count[0] % self.cap] = np.log(speeds[i]) - np.log(self.v[0, i])
+            count[0] += 1
+        for mi, (X, y, count) in enumerate(self.data):
+            if count[0] >= min(self.batch, self.warmup):
+                self._train(self.nets[mi], X[:min(count[0], self.cap)], y[:min(count[0], self.cap)])
         self.v = np.vstack([np.where(seen, speeds, np.nan), self.v[:1]])
         self.c = np.vstack([np.clip(np.asarray(cpu, dtype=float), 1e-3, None), self.c[:2]])
         self.m = np.vstack([np.asarray(mem, dtype=float), self.m[:2]])
@@ -157,7 +156,7 @@ class NARX:
         out = fallback.copy()
         for i in np.flatnonzero(np.isfinite(x).all(1)):
             mi = self._model(i)
-            if len(self.data[mi][0]) >= self.warmup:
+            if self.data[mi][2][0] >= self.warmup:
                 change = float(self._forward(self.nets[mi], x[i:i + 1])[0][0])
                 out[i] = self.v[0, i] * np.exp(np.clip(change, -3, 3))
         return out
