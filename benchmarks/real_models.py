@@ -140,7 +140,8 @@ def analyse(dag: Path, oracle: Path, args) -> dict:
                              seed=args.seed, jitter=args.jitter, sharing=sharing, keep_timeline=False)
         s = r.summary()
         multi[name] = {"sharing": sharing, "straggler_share": s["straggler_share"],
-                       "iteration_time": s["iteration_time"], "worker_efficiency": s["worker_efficiency"], "iteration_efficiency": s["efficiency"]}
+                       "iteration_time": s["iteration_time"], "worker_efficiency": s["worker_efficiency"],
+                       "iteration_efficiency": s["efficiency"]}
     # Diagnostic for TAC: the work a transfer unlocks on its own (its P with
     # every transfer outstanding, TicTac Algorithm 1). Any P > 0 puts a
     # transfer ahead of every transfer with P = 0, whatever its size, so tiny
