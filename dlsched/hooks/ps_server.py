@@ -6,7 +6,9 @@ TicTac does at the gRPC layer), keeping at most ``window`` transfers per worker
 in flight: transfer ``i`` starts once ``i - window`` has completed, so
 ``window=1`` is strictly sequential. It then averages the workers' gradients
 and applies SGD (optional momentum); in inference it waits for each worker's
-done message instead.
+done message instead. With a batch policy, server 0 also runs the batch-size
+manager (:class:`~dlsched.hooks.batch_manager.BatchManager`): each worker's
+slice before its parameters, its report after its gradients.
 """
 from __future__ import annotations
 

@@ -18,6 +18,12 @@ averages over the workers and applies SGD (optional momentum). In inference
 mode the workers only run the forward pass and send a one-element "done"
 message, so iterations stay synchronous, as in TicTac's inference workload.
 
+Per-worker batches (``PSConfig.batch_policy``, LB-BSP, DESIGN §5.1): server 0
+splits each iteration's global batch of ``global_batch`` samples by a policy,
+workers push gradients weighted by ``n·b_i/X`` and report their busy time and
+CPU share (:mod:`~dlsched.hooks.batch_manager`); ``PSRun.batches`` holds the
+history. Without a policy every worker trains on ``batch`` samples, as before.
+
 Failure handling: every wait is bounded by ``timeout`` seconds (the process group
 timeout and explicit deadlines). A peer that dies closes its gloo connections,
 so the survivors' pending transfers fail; each survivor raises
