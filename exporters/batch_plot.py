@@ -24,6 +24,16 @@ def plot_batches(steps, path: str | Path, *, iterations=None, title: str | None 
     iterations : pandas.DataFrame, optional
         Columns ``policy``, ``iteration``, ``iteration_time`` and optionally ``optimum``.
     title : str, optional
+
+    Examples
+    --------
+    >>> import pandas as pd, tempfile, pathlib
+    >>> steps = pd.DataFrame({"policy": "bsp", "iteration": [0, 0, 1, 1], "worker": [0, 1, 0, 1],
+    ...                       "batch": [8, 8, 8, 8], "time": [0.1, 0.2, 0.1, 0.2]})
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "b.png"
+    >>> plot_batches(steps, path)
+    >>> path.read_bytes()[:4]
+    b'\x89PNG'
     """
     import matplotlib
 
