@@ -74,6 +74,11 @@ def test_measured_trace_file(tmp_path):
     (tmp_path / "neg.csv").write_text("iteration,worker,speed\n0,0,-3\n")
     with pytest.raises(DlschedError, match="positive"):
         read_trace(tmp_path / "neg.csv")
+    (tmp_path / "idle.csv").write_text("iteration,worker,batch,time\n0,0,8,0.5\n1,0,0,0\n2,0,8,1.0\n")
+    assert read_trace(tmp_path / "idle.csv").per_sample[:, 0].tolist() == pytest.approx([1 / 16, 1 / 16, 1 / 8])
+    (tmp_path / "never.csv").write_text("iteration,worker,batch,time\n0,0,0,0\n1,0,0,0\n")
+    with pytest.raises(DlschedError, match="never has a positive speed"):
+        read_trace(tmp_path / "never.csv")
 
 
 def test_replay_cli_table_json_and_plot(tmp_path):

@@ -241,7 +241,8 @@ def read_trace(path) -> SpeedTrace:
     Columns: ``iteration``, ``worker`` (0..n−1), then either ``batch`` and
     ``time`` (busy seconds) or ``speed`` (samples/s); optional ``overhead``
     (s, default 0), ``cpu`` (default 1) and ``mem`` (default 0). Worker ``i``
-    at iteration ``k`` is replayed as ``t = overhead + b / speed``.
+    at iteration ``k`` is replayed as ``t = overhead + b / speed``; where it ran
+    no samples (batch 0), its nearest measured speed stands in.
 
     Raises
     ------
@@ -276,8 +277,12 @@ def read_trace(path) -> SpeedTrace:
         return g.to_numpy(dtype=float)
 
     speed = grid("speed", np.nan)
-    if not (np.isfinite(speed) & (speed > 0)).all():
+    if (speed < 0).any() or np.isinf(speed).any():
         raise DlschedError(f"speed trace {path}: every speed must be positive and finite")
+    # a worker that ran no samples in an iteration (batch 0) has no speed there: its nearest measured one stands in
+    speed = pd.DataFrame(np.where(speed > 0, speed, np.nan)).ffill().bfill().to_numpy()
+    if not np.isfinite(speed).all():
+        raise DlschedError(f"speed trace {path}: a worker never has a positive speed (samples over busy seconds)")
     return SpeedTrace(grid("overhead", 0.0), 1 / speed, grid("cpu", 1.0), grid("mem", 0.0),
                       np.ones_like(speed), f"measured trace {path}", str(path))
 
