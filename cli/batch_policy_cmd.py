@@ -35,7 +35,8 @@ def _pct(gap):
 @click.option("--global-batch", type=POSITIVE_INT, default=None, help="X [default: 128 for fig8, else 32 per worker].")
 @click.option("--workers", type=POSITIVE_INT, default=None, help="Workers of a scenario; checked against a trace.")
 @click.option("--iterations", type=POSITIVE_INT, default=None, help="Iterations of a scenario.")
-@click.option("--noise", type=NONNEG_FLOAT, default=0.0, show_default=True, help="Lognormal σ on every time of a scenario (table3 has its own 3%).")
+@click.option("--noise", type=NONNEG_FLOAT, default=0.0, show_default=True,
+              help="Lognormal σ on every time of a scenario (table3 has its own 3%).")
 @click.option("--caps", default=None, help="Workers' largest batches, comma-separated.")
 @click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
