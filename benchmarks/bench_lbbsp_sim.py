@@ -177,7 +177,8 @@ def write(results: dict, out: Path) -> None:
         lines.append(f"| {r['check']} | {r['measured']} | {r['target']} | "
                      f"{'PASS' if r['pass'] else 'FAIL: ' + r['why']} |")
     lines += ["", "## Table 3 form (median over seeds, min–max)", "",
-              "| predictor | RMSE (samples/s) | iteration time / BSP | paper RMSE | paper time |", "|---|---|---|---|---|"]
+              "| predictor | RMSE (samples/s) | iteration time / BSP | paper RMSE | paper time |",
+              "|---|---|---|---|---|"]
     paper = {"memoryless": (11.85, 0.58), "ema": (7.85, 0.48), "narx": (4.78, 0.42)}
     for k in PREDICTORS:
         lines.append(f"| {k} | {fmt(t3[k]['rmse'], '.2f')} | {fmt(t3[k]['normalised'])} | {paper[k][0]} | "
@@ -186,7 +187,8 @@ def write(results: dict, out: Path) -> None:
     lines += ["", f"NARX over a short history (300 iterations): RMSE shared across workers "
               f"{fmt(sh['shared'], '.2f')}, one model per worker {fmt(sh['per-worker'], '.2f')} samples/s.", "",
               "## Fig. 8 (noise-free)", "", "| variant | start s | fine-tune at | exact split from | "
-              "max time 100–149 s | final split (after slowdown) | within ±1 from |", "|---|---|---|---|---|---|---|"]
+              "max time 100–149 s | final split (after slowdown) | within ±1 from |",
+              "|---|---|---|---|---|---|---|"]
     for k, v in results["fig8"].items():
         lines.append(f"| {k} | {v['start_time']:.3f} | {v['fine_tune_at']} | {v['exact_split_from']} | "
                      f"{v['time_100_149_max']:.4f} | {v['final_split']} | {v['slowdown_within_1_from']} |")

@@ -82,7 +82,8 @@ def replay_batch(scenario, trace_path, policies, global_batch, workers, iteratio
     for row in rows:
         t.add_row(*row)
     console.print(t)
-    console.print("mean time: iteration time; gap = iteration time / balanced optimum − 1 (the exact split of that iteration's curves), "
+    console.print("mean time: iteration time; gap = iteration time / balanced optimum − 1 (the exact split of "
+                  "that iteration's curves), "
                   "mean over all iterations, end gap over the last 10%; RMSE (samples/s): predicted against realised "
                   "speed; fine at: the iteration lbbsp-gpu entered its fine-tune phase")
     for r in summary.itertuples():

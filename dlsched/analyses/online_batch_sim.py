@@ -86,8 +86,8 @@ class SpeedTrace:
     def optimum_time(self, k: int, global_batch: int, caps=None) -> float:
         """:meth:`optimum`'s time, by bisection on ``T`` for these affine curves (no per-sample table).
 
-        Worker ``i`` fits ``n_i(T) = min(bmax_i, ⌊(T − a_i)/s_i⌋)`` samples in ``T`` (none if that is below 1); the
-        smallest ``T`` with ``Σ n_i(T) ≥ X`` is found to float precision and snapped down to the largest
+        Worker ``i`` fits ``n_i(T) = min(bmax_i, ⌊(T − a_i)/s_i⌋)`` samples in ``T`` (none if that is below 1);
+        the smallest ``T`` with ``Σ n_i(T) ≥ X`` is found to float precision and snapped down to the largest
         ``a_i + s_i·n_i`` it admits, a value the curves take.
         """
         a, s = self.overhead[k], self.per_sample[k]
@@ -322,7 +322,8 @@ class OnlineSimResult:
         return ((s.predicted - s.speed) ** 2).groupby(s.policy, sort=False).mean() ** 0.5
 
     def summary(self):
-        """Per policy: mean iteration time, its ratio to ``bsp`` (when run), the gap to the optimum, RMSE, final split."""
+        """Per policy: mean iteration time, its ratio to ``bsp`` (when run), the gap to the optimum, RMSE, final
+        split."""
         import pandas as pd
 
         it, rmse = self.iterations, self.rmse()
