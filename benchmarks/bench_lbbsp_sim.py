@@ -90,6 +90,11 @@ def fig8() -> dict:
         out[label] = {"start_time": float(it[0]), "fine_tune_at": res.phases.get("lbbsp-gpu"),
                       "exact_split_from": at[0] if at else None, "time_100_149_max": float(it[100:150].max()),
                       "final_split": b[-1].tolist(), "slowdown_within_1_from": slow[0] if slow else None}
+    faster = fig8_trace(400, slow_by=-0.3)
+    res = simulate_policies(faster, ["lbbsp-gpu"], 128)
+    b, target = batches(res, "lbbsp-gpu"), faster.optimum(399, 128)[0]
+    within = [k for k in range(150, 400) if np.abs(b[k:] - target).max() <= 1]
+    out["faster"] = {"optimum": target, "final_split": b[-1].tolist(), "within_1_from": within[0] if within else None}
     return out
 
 
@@ -142,6 +147,9 @@ def checks(f8, noise, t3) -> list[dict]:
          s["time_100_149_max"] <= OPT * 1.01, ""),
         ("3 after +0.3 s on worker 1: within ±1 of (96, 13, 13, 6) from", f"iteration {s['slowdown_within_1_from']}"
          f", final {s['final_split']}", "≤ 400", s["slowdown_within_1_from"] is not None, ""),
+        ("(beyond the issue) worker 1 faster by 0.3 s at 150: within ±1 of the new optimum "
+         f"{tuple(f8['faster']['optimum'])} from", f"iteration {f8['faster']['within_1_from']}, final "
+         f"{f8['faster']['final_split']}", "≤ 400", f8["faster"]["within_1_from"] is not None, ""),
         ("3 2% noise: mean iteration time 100–399 over 1.602 s − 1", fmt(noise["gap_100_399"], "+.2%"), "≤ 3%",
          noise["gap_100_399"]["max"] <= 0.03, ""),
         ("4 RMSE NARX / EMA (per seed)", fmt(ratio), "≤ 0.8 (paper 0.61)", ratio["max"] <= 0.8,
@@ -190,6 +198,8 @@ def write(results: dict, out: Path) -> None:
               "max time 100–149 s | final split (after slowdown) | within ±1 from |",
               "|---|---|---|---|---|---|---|"]
     for k, v in results["fig8"].items():
+        if k == "faster":
+            continue
         lines.append(f"| {k} | {v['start_time']:.3f} | {v['fine_tune_at']} | {v['exact_split_from']} | "
                      f"{v['time_100_149_max']:.4f} | {v['final_split']} | {v['slowdown_within_1_from']} |")
     (out / "lbbsp_sim.md").write_text("\n".join(lines) + "\n")

@@ -118,6 +118,9 @@ def test_fig8_fast_approach_then_fine_tune_to_the_exact_split():
     assert b[149].tolist() == [89, 21, 12, 6] and (b[100:150] == b[149]).all()
     assert (it.iteration_time.iloc[100:150] <= 1.602 * 1.01).all()
     assert np.abs(b[399] - [96, 13, 13, 6]).max() <= 1      # after worker 1 slows by 0.3 s at 150
+    faster = simulate_policies(fig8_trace(400, slow_by=-0.3), ["lbbsp-gpu"], 128)  # a worker that speeds up is
+    b = faster.steps.pivot(index="iteration", columns="worker", values="batch").to_numpy()   # relearnt, not blocked
+    assert np.abs(b[399] - faster.trace.optimum(399, 128)[0]).max() <= 1
     noisy = simulate_policies(fig8_trace(400, noise=0.02, slow_at=None, seed=1), ["lbbsp-gpu"], 128).iterations
     assert noisy.iteration_time.iloc[200:].mean() <= 1.602 * 1.03
 

@@ -208,23 +208,26 @@ class LBBSPGpu(BatchPolicy):
     - ``settle=True`` stops the fine-tune phase from cycling around the
       optimum: the step goes to the fastest worker (the leader first) that has
       led the straggler for ``D`` iterations and whose own time at the bigger
-      batch, when it ran that batch before, was below the straggler's time now
-      (a batch it never ran is tried); when none qualifies, nothing moves. ``settle=False`` is the
-      listing as written, which keeps stepping between the optimum and a
-      neighbour.
+      batch, when it ran that batch (within the last ``memory`` boundaries if
+      given), was below the straggler's time now (a batch it never ran is tried); when
+      none qualifies, nothing moves. A worker whose time at a batch it ran
+      before moves by more than ``relearn`` (10%) has changed speed: what it
+      did at other batches is forgotten. ``settle=False`` is the listing as
+      written, which keeps stepping between the optimum and a neighbour.
     """
 
     name = "lbbsp-gpu"
 
     def __init__(self, global_batch, workers, caps=None, delta=5, window=5, fine_delta=1, fine_window=20,
-                 mem_limit=0.95, settle=True):
+                 mem_limit=0.95, settle=True, relearn=0.1, memory=None):
         super().__init__(global_batch, workers, caps)
         self.delta, self.window, self.fine_delta, self.fine_window = delta, window, fine_delta, fine_window
-        self.mem_limit, self.settle = mem_limit, settle
+        self.mem_limit, self.settle, self.relearn, self.memory = mem_limit, settle, relearn, memory
         self.phase = "fast-approach"
         self.fine_since = None   # the boundary at which fine-tune began
         self.history: list[np.ndarray] = []
-        self.seen: list[dict[int, float]] = [dict() for _ in range(self.n)]  # batch → last time, per worker
+        # per worker: batch → (its last time there, the boundary it was seen at)
+        self.seen: list[dict[int, tuple[float, int]]] = [dict() for _ in range(self.n)]
         self.moves: list[tuple[int, int, int, int]] = []  # (boundary, straggler, leader, samples)
 
     def _next(self, sizes, times, readings):
@@ -232,7 +235,10 @@ class LBBSPGpu(BatchPolicy):
         self.history.append(t)
         for i, (b, ti) in enumerate(zip(sizes, times)):
             if b > 0:
-                self.seen[i][b] = ti
+                old = self.seen[i].get(b)
+                if old is not None and abs(ti - old[0]) > self.relearn * old[0]:
+                    self.seen[i].clear()  # its curve changed: what it did at other batches no longer holds
+                self.seen[i][b] = (ti, self.iteration)
         mem = _readings(readings, self.n, "mem", 0.0)
         active = [i for i in range(self.n) if sizes[i] > 0]
         eligible = [i for i in active if mem[i] <= self.mem_limit and sizes[i] < self.caps[i]]
@@ -272,11 +278,14 @@ class LBBSPGpu(BatchPolicy):
         return out
 
     def _improves(self, i, sizes, t, limit):
-        """Worker ``i``'s time after ``Δ`` more samples stays below ``limit``, by its own time at that batch when
-        it ran it (shifted by how its time at the current batch has changed since); a batch it never ran is tried."""
+        """Worker ``i``'s time after ``Δ`` more samples stays below ``limit``, by its own time at that batch
+        when it ran it; a batch it never ran (or not in the last ``memory`` boundaries, when given) is tried."""
         b, step = sizes[i], min(self.delta, self.caps[i] - sizes[i])
+        then = self.seen[i].get(b + step)
+        if then is None or (self.memory is not None and self.iteration - then[1] > self.memory):
+            return True
         # strictly below (a relative 1e-9): handing a sample between twins changes nothing and would cycle
-        return b + step not in self.seen[i] or t[i] + self.seen[i][b + step] - self.seen[i][b] < limit * (1 - 1e-9)
+        return then[0] < limit * (1 - 1e-9)
 
     def _fine_tune(self):
         self.phase, self.delta, self.window = "fine-tune", self.fine_delta, self.fine_window
