@@ -74,7 +74,7 @@ def test_small_figures():
     assert iteration_stats([2.0])["p95"] == 2.0 and relative_error(0.9, 1.0) == pytest.approx(-0.1)
     assert observed_priorities(_record(0, 0, 0.0)) == {"a": 0, "b": 1}
     assert pick_rate(0.5, 62.5e6, 2) == "2000mbit"
-    m = link_from_minima(LinkMeasurement(0, 0, "x", link_sizes(12.5e6), [1e-4, 0.1, 0.2, 0.4]))
+    m = link_from_minima(LinkMeasurement(0, 0, "x", link_sizes(12.5e6), [3e-3, 1e-4, 2e-3, 0.1, 0.2, 0.4]))
     assert m.bandwidth == pytest.approx(12.5e6, rel=1e-6) and m.latency == pytest.approx(5e-5)
 
 

@@ -101,6 +101,57 @@ def replay_iteration(graph: Graph, times: Mapping[str, float], priorities: Seque
     return [max(e, default=0.0) for e in end]
 
 
+class Predicted:
+    """Simulated iterations of :func:`predict_iterations`: ``per_iteration`` has ``iteration_time``
+    and ``straggler_share`` per iteration (the columns :func:`compare_order` reads)."""
+
+    def __init__(self, per_iteration):
+        self.per_iteration = per_iteration
+
+
+def predict_iterations(graph: Graph, times: Mapping[str, float], workers: int,
+                       priorities: Mapping[str, int] | None, iterations: int, sharing: str,
+                       compute_factors: Sequence[float] = (1.0,), seed: int = 0) -> Predicted:
+    """Simulate ``iterations`` synchronous iterations in which each worker's compute is scaled per iteration.
+
+    Worker ``w`` of iteration ``i`` runs every compute op ``factor`` times its
+    oracle time, ``factor`` drawn (seeded) from ``compute_factors``: whole
+    measured steps over their median, so that the slowest of ``W`` workers —
+    which ends a synchronous iteration — is as slow as it really is. Without
+    ``priorities`` every worker draws its own random transfer order per iteration.
+
+    Examples
+    --------
+    >>> from dlsched.synthetic import random_dag
+    >>> g, t = random_dag(20, 6, seed=3)
+    >>> p = predict_iterations(g, t, 2, None, 4, "fair", [0.9, 1.0, 1.2])
+    >>> len(p.per_iteration), bool((p.per_iteration["iteration_time"] > 0).all())
+    (4, True)
+    """
+    import pandas as pd
+
+    from .multiworker import _run_workers
+    from .simulate import compile_graph, transfer_ranks
+
+    sg = compile_graph(graph, times)
+    rng = np.random.default_rng(seed)
+    on_compute = np.array([sg.resources[k].startswith("compute") for k in sg.res])
+    base = np.asarray(sg.dur, dtype=float)
+    fixed = transfer_ranks(sg, priorities, 0, "canonical") if priorities is not None else None
+    rows = []
+    for it in range(iterations):
+        f = rng.choice(np.asarray(compute_factors, dtype=float), size=workers)
+        durs = [np.where(on_compute, base * fw, base).tolist() for fw in f]
+        ranks = [fixed if fixed is not None else transfer_ranks(sg, None, int(rng.integers(2 ** 31)), "random")
+                 for _ in range(workers)]
+        _, end = _run_workers(sg, durs, ranks, [(w - it) % workers for w in range(workers)], sharing)
+        spans = [max(e, default=0.0) for e in end]
+        slow = max(spans)
+        rows.append({"iteration": it, "iteration_time": slow,
+                     "straggler_share": (slow - min(spans)) / slow if slow > 0 else 0.0})
+    return Predicted(pd.DataFrame(rows))
+
+
 def fit_line(x: Sequence[float], y: Sequence[float]) -> dict:
     """Least-squares line ``y = slope·x + intercept`` and its coefficient of determination ``r2``.
 
@@ -130,7 +181,7 @@ def compare_order(measured: Sequence[dict], predicted) -> dict:
     ----------
     measured : list of dict
         :func:`measured_iterations` of the real run.
-    predicted : MultiWorkerResult
+    predicted : MultiWorkerResult or Predicted
         The simulation of the same configuration.
 
     Examples

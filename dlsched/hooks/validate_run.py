@@ -28,6 +28,7 @@ Examples
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -125,19 +126,19 @@ SMALL = 4096
 
 
 def link_sizes(rate_bytes: float | None) -> list[int]:
-    """Transfer sizes of the link measurement: :data:`SMALL`, then three sizes well past tc's 128 KB burst.
-
-    The largest takes about 0.4 s on the link (1 MB to 16 MB).
+    """Transfer sizes of the link measurement: :data:`SMALL` three times (a round trip of a few
+    microseconds is easily delayed by a busy CPU; the minimum of 9 counts), then three sizes well past
+    tc's 128 KB burst, the largest taking about 0.4 s on the link (1 MB to 16 MB).
 
     Examples
     --------
     >>> link_sizes(12.5e6)
-    [4096, 1250000, 2500000, 5000000]
+    [4096, 4096, 4096, 1250000, 2500000, 5000000]
     >>> link_sizes(None)[-1]
     16777216
     """
     big = int(min(16 << 20, max(1 << 20, 0.4 * rate_bytes))) if rate_bytes else 16 << 20
-    return [SMALL, big // 4, big // 2, big]
+    return [SMALL] * 3 + [big // 4, big // 2, big]
 
 
 def link_from_minima(m):
@@ -148,8 +149,9 @@ def link_from_minima(m):
     bucket empty, so only the sizes past the burst say what the link carries.
     """
     from dlsched.profiling.network import fit_link
-    bandwidth, _ = fit_link(m.sizes[1:], m.min_times[1:])
-    m.bandwidth, m.latency = bandwidth, m.min_times[0] / 2
+    big = [(s, t) for s, t in zip(m.sizes, m.min_times) if s > SMALL]
+    bandwidth, _ = fit_link([s for s, _ in big], [t for _, t in big])
+    m.bandwidth, m.latency = bandwidth, min(t for s, t in zip(m.sizes, m.min_times) if s == SMALL) / 2
     return m
 
 
@@ -195,6 +197,72 @@ def measure_link(hosts: Hosts, timeout: float = 60.0):
         _reap(peer)
 
 
+def _stream_ends(hosts: Hosts) -> tuple[list, list, dict, dict, str]:
+    """Command prefixes and environments of a link stream's peer (server side) and client, and the peer's address."""
+    if hosts.cluster is None:
+        env = dict(os.environ, GLOO_SOCKET_IFNAME="lo")
+        return [], [], env, env, "127.0.0.1"
+    envs, pre = hosts.envs(), hosts.prefixes()
+    return pre[0], pre[1], envs[0], envs[1], hosts.cluster.address(0)
+
+
+@contextlib.contextmanager
+def cluster_load(hosts: Hosts, model: str, mode: str, batch: int, threads: int, workers: int):
+    """Load the machine as the running cluster does, while the oracle's compute is profiled.
+
+    On a machine with few cores the cluster's ranks share the CPU: ``W`` workers
+    compute at once, and every byte on the link costs CPU in gloo and the
+    kernel. A profile taken alone misses both, so it runs beside ``W − 1``
+    co-runners computing the model's step in a loop (``threads`` each) and a
+    stream of large transfers across the cluster's own link.
+    """
+    from dlsched.profiling.network import _read_line, _reap
+
+    from .netns import tc_rate_bytes
+    procs = []
+    try:
+        spec = json.dumps({"model": model, "mode": mode, "batch": batch, "threads": threads})
+        for _ in range(workers - 1):
+            procs.append(subprocess.Popen([sys.executable, "-m", "dlsched.hooks.validate_run", spec],
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                          env=dict(os.environ, OMP_NUM_THREADS=str(threads))))
+        pre_s, pre_c, env_s, env_c, host = _stream_ends(hosts)
+        rate = tc_rate_bytes(hosts.rate) if hosts.rate else None
+        big = link_sizes(rate)[-1]
+        peer = subprocess.Popen(pre_s + [sys.executable, "-m", "dlsched.cli.main", "net-peer", "--host", host,
+                                         "--port", "0", "--sessions", "1"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=dict(env_s, PYTHONUNBUFFERED="1"))
+        procs.append(peer)
+        line = _read_line(peer, time.monotonic() + 120)
+        if line and "listening on" in line:
+            sizes = [big] * max(4, int(120 * (rate or 1e9) / big))
+            procs.append(subprocess.Popen(pre_c + [sys.executable, "-c", _CLIENT, host, line.rsplit(":", 1)[1],
+                                                   json.dumps(sizes)], stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL, env=env_c))
+        time.sleep(1.0)  # the co-runners are past their imports
+        yield
+    finally:
+        for p in reversed(procs):
+            _reap(p)
+
+
+def _co_run(spec_json: str) -> int:
+    """A co-runner of :func:`cluster_load`: the model's step in a loop until killed."""
+    import torch
+
+    from dlsched.factory import call_factory, training_loss
+    spec = json.loads(spec_json)
+    torch.set_num_threads(spec["threads"])
+    module, inputs, _ = call_factory(spec["model"], batch=spec["batch"])
+    while True:
+        if spec["mode"] == "training":
+            module.train()
+            training_loss(module(*inputs)).backward()
+        else:
+            with torch.no_grad():
+                module(*inputs)
+
+
 @dataclass
 class InSituOracle:
     """The times the simulation uses, and where each came from."""
@@ -206,15 +274,49 @@ class InSituOracle:
     link: dict
     threads: int
     runs: int
+    factors: list = field(default_factory=lambda: [1.0])
 
     def describe(self) -> dict:
         return {"compute": f"median of {self.runs} profiled runs per op, {self.threads} intra-op thread(s) "
-                           "per process (as the cluster runs)",
+                           "per process (as the cluster runs), beside the cluster's load: the other workers "
+                           "computing and the link busy",
                 "transfers": "latency + bytes / bandwidth measured with gloo over the cluster's link (bandwidth: "
                              "transfers of 1-16 MB; latency: half a 4 KB round trip)",
                 "compute_per_worker_s": self.compute, "transfer_bytes_per_worker": self.transfer_bytes,
                 "bandwidth_bytes_per_s": self.link["bandwidth"], "latency_s": self.link["latency"],
-                "link_peer": self.link.get("peer")}
+                "link_peer": self.link.get("peer"),
+                "compute_factors": "whole steps timed beside the same load, over their median: "
+                                   + ", ".join(f"{f:.3f}" for f in sorted(self.factors))}
+
+
+def step_factors(model: str, mode: str, batch: int, threads: int, steps: int = 12) -> list[float]:
+    """Whole compute steps of the model (forward; forward and backward in training), each over their median.
+
+    How much a worker's step varies from one iteration to the next under the
+    cluster's load; the slowest of the workers ends each synchronous iteration.
+    """
+    import torch
+
+    from dlsched.factory import call_factory, training_loss
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        module, inputs, _ = call_factory(model, batch=batch)
+        module.train(mode == "training")
+        took = []
+        for i in range(steps + 1):
+            t = time.perf_counter()
+            if mode == "training":
+                training_loss(module(*inputs)).backward()
+            else:
+                with torch.no_grad():
+                    module(*inputs)
+            if i:  # the first step warms up
+                took.append(time.perf_counter() - t)
+    finally:
+        torch.set_num_threads(old)
+    mid = sorted(took)[len(took) // 2]
+    return [t / mid for t in took]
 
 
 def in_situ_oracle(model: str, graph, link, threads: int, runs: int = 5) -> InSituOracle:
@@ -260,16 +362,16 @@ def run_order(model: str, graph, oracle: InSituOracle, hosts: Hosts, name: str, 
               mode: str, batch: int, iterations: int, warmup: int, threads: int, sharings: Sequence[str],
               seed: int = 0) -> OrderRun:
     """Run order ``name`` for real on ``hosts`` and simulate it; see the module docstring."""
-    from dlsched.analyses.multiworker import simulate_workers
     from dlsched.analyses.orders import compute_order
-    from dlsched.analyses.validate import measured_iterations, observed_priorities, replay_iteration
+    from dlsched.analyses.validate import (measured_iterations, observed_priorities, predict_iterations,
+                                           replay_iteration)
 
     from .torch_ps import PSConfig, launch_local
     recvs = graph.recvs()
     prio = None if name == "random" else compute_order(graph, name, oracle.times)
     order = [r.name for r in recvs] if prio is None else sorted(prio, key=lambda n: (prio[n], n))
-    predicted = {s: simulate_workers(graph, oracle.times, workers, prio, iterations=iterations, seed=seed,
-                                     sharing=s, keep_timeline=False) for s in sharings}
+    predicted = {s: predict_iterations(graph, oracle.times, workers, prio, iterations, s, oracle.factors, seed)
+                 for s in sharings}
     guess = max(float(p.per_iteration["iteration_time"].max()) for p in predicted.values())
     cfg = PSConfig(model=model, order=order, ps={r.name: r.ps for r in recvs}, servers=servers, workers=workers,
                    iterations=warmup + iterations, batch=batch, mode=mode, unordered=prio is None, window=1,
@@ -373,8 +475,11 @@ def run_validation(model: str, *, workers: int = 2, servers: int = 1, rate: str 
         say(f"hosts: {hosts.note}")
         say("measuring the link")
         link = measure_link(hosts)
-        say(f"link: {link.bandwidth * 8 / 1e6:.0f} Mbit/s, latency {link.latency * 1e6:.0f} us; profiling compute")
-        oracle = in_situ_oracle(model, graph, link, threads)
+        say(f"link: {link.bandwidth * 8 / 1e6:.0f} Mbit/s, latency {link.latency * 1e6:.0f} us")
+        say("profiling compute beside the cluster's load (co-running workers, a busy link)")
+        with cluster_load(hosts, model, mode, batch, threads, workers):
+            oracle = in_situ_oracle(model, graph, link, threads)
+            oracle.factors = step_factors(model, mode, batch, threads)
         runs = {}
         for name in orders:
             say(f"running order {name} ({warmup} + {iterations} iterations)")
@@ -430,7 +535,9 @@ def report(v: Validation, sharing: str) -> dict:
     return {"model": v.model, "mode": v.mode, "workers": v.workers, "servers": v.servers, "batch": v.batch,
             "threads": v.threads, "hosts": v.hosts, "sharing": sharing, "oracle": v.oracle.describe(),
             "bounds": {"upper": U, "lower": L, "speedup": float(graph_b.speedup)}, "orders": rows,
-            "replay_fit": {**fig12, "excluded": total - len(pts)}, "cpu": cpu_model(), "wall_s": v.wall_s}
+            "replay_fit": {**fig12, "excluded": total - len(pts)},
+            "replay_points": [{"efficiency": e, "normalised_time": t, "order": n} for e, t, n in pts],
+            "cpu": cpu_model(), "load_1min": load_average(), "wall_s": v.wall_s}
 
 
 def validation_outputs(v: Validation, sharing: str | None = None, trace_out: str | None = None,
@@ -506,3 +613,7 @@ def cpu_model() -> str:
 def load_average() -> float:
     """The one-minute load average (``os.getloadavg``)."""
     return os.getloadavg()[0]
+
+
+if __name__ == "__main__":
+    sys.exit(_co_run(sys.argv[1]))
