@@ -14,7 +14,10 @@ reports iterations/s, mean and p95 iteration time, and the straggler share
 iteration; mean and max over iterations).
 
 Needs root (``ip netns``, ``tc``); without it prints a skip message and exits 0.
-Results: ``benchmarks/results/enforcement.json`` and ``.md``. Targets (TicTac §6:
+Results: ``benchmarks/results/enforcement_single_run.json`` and ``.md``: one run
+on one machine, a smoke check of the hook on shaped links. The figures the
+README quotes (medians of 3 repeats at the rate the tool picks, with spreads,
+predicted beside measured) come from ``benchmarks/bench_validate.py``. Targets (TicTac §6:
 up to 37.7% and 2.3×): TAC inference throughput ≥ 1.15× random, straggler share
 ≥ 2× lower.
 """
@@ -152,9 +155,9 @@ def report(results: dict) -> int:
     print("\n" + table + "\n" + "\n".join(verdicts))
     out = REPO / "benchmarks" / "results"
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "enforcement.json", json.dumps(results, indent=1) + "\n")
-    atomic_write_text(out / "enforcement.md",
-                      f"# Enforcement benchmark\n\nmodel {results['model']}, 1 server, {results['workers']} workers, "
+    atomic_write_text(out / "enforcement_single_run.json", json.dumps(results, indent=1) + "\n")
+    atomic_write_text(out / "enforcement_single_run.md",
+                      f"# Enforcement benchmark (one run; medians of repeats: validate.md)\n\nmodel {results['model']}, 1 server, {results['workers']} workers, "
                       f"server link {results['rate']} (tc tbf), batch {results['batch']} per worker, "
                       f"{results['iterations'] - results['warmup']} measured iterations after {results['warmup']} "
                       f"warm-up\n\n{table}\n\n" + "\n".join(verdicts) + "\n")
