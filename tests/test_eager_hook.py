@@ -103,3 +103,23 @@ def test_dead_or_stalled_rank_ends_every_other(how):
     assert "rank 0 exited with 2" in str(ei.value) and "\n" not in str(ei.value)
     # the survivors ended by themselves, within the grace the launcher gives them after the first failure
     assert time.monotonic() - t0 < 60
+
+
+@pytest.mark.parametrize("kw,needle", [
+    ({"collective": "gossip"}, "collective must be one of"),
+    ({"processes": 1}, "processes must be at least 2"),
+    ({"processes": 2.5}, "processes must be a whole number"),
+    ({"iterations": 0}, "iterations must be at least 1"),
+    ({"lr": float("nan")}, "lr must be a finite number"),
+    ({"timeout": 0}, "timeout must be a finite number"),
+    ({"dim": 10**9}, "must stay within"),
+    ({"step_times": [[0.1] * 3]}, "step_times must have 1 rows of 4"),
+    ({"step_times": [[0.1, 0.1, -1, 0.1]]}, "step_times must be finite"),
+    ({"fail_rank": 4}, "fail_rank must be a rank below"),
+], ids=lambda v: ",".join(v) if isinstance(v, dict) else "why")
+def test_bad_settings_are_refused(kw, needle):
+    from dlsched.hooks.eager_sgd import EagerConfig, EagerConfigError
+    args = {"collective": "solo", "processes": 4, "iterations": 1, **kw}
+    with pytest.raises(EagerConfigError, match=needle) as ei:
+        EagerConfig(**args)
+    assert str(ei.value).startswith("invalid eager-SGD configuration: ") and ei.value.exit_code == 2

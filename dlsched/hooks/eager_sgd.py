@@ -50,13 +50,14 @@ from dataclasses import asdict, dataclass, field
 from dlsched.errors import DlschedError
 
 from . import launcher
-from .partial_allreduce import PartialAllreduce, PartialCollectiveError
+from .partial_allreduce import PartialAllreduce
 from .ps_failures import seconds, transfer_failure
 
 #: ``ddp`` is the synchronous baseline, ``solo`` and ``majority`` eager-SGD's partial collectives, ``full`` the
 #: partial-collective machinery activated by the last arrival (synchronous: it must give DDP's parameters).
 COLLECTIVES = ("ddp", "solo", "majority", "full")
 FAIL_HOW = ("kill", "stall")
+MAX_SHARD = 2**28  # float32 numbers of one process's data shard
 
 
 class EagerConfigError(DlschedError):
@@ -119,6 +120,9 @@ class EagerConfig:
                 setattr(self, name, float(v))
         if self.fail_how not in FAIL_HOW:
             bad.append(f"fail_how must be one of {', '.join(FAIL_HOW)}, got {self.fail_how!r}")
+        if not bad and self.batch * self.shard_batches * self.dim > MAX_SHARD:
+            bad.append(f"each process's data (batch × shard_batches × dim = {self.batch * self.shard_batches * self.dim:,}"
+                       f" numbers) must stay within {MAX_SHARD:,} (1 GiB)")
         if not bad and self.fail_rank is not None and not (0 <= self.fail_rank < self.processes):
             bad.append(f"fail_rank must be a rank below processes={self.processes}, got {self.fail_rank!r}")
         if not bad:
