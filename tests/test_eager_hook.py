@@ -115,6 +115,8 @@ def test_dead_or_stalled_rank_ends_every_other(how):
     ({"dim": 10**9}, "must stay within"),
     ({"step_times": [[0.1] * 3]}, "step_times must have 1 rows of 4"),
     ({"step_times": [[0.1, 0.1, -1, 0.1]]}, "step_times must be finite"),
+    ({"step_times": [["x"] * 4]}, "step_times must have 1 rows of 4"),
+    ({"step_times": 7}, "step_times must have 1 rows of 4"),
     ({"fail_rank": 4}, "fail_rank must be a rank below"),
 ], ids=lambda v: ",".join(v) if isinstance(v, dict) else "why")
 def test_bad_settings_are_refused(kw, needle):

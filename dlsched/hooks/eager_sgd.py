@@ -94,6 +94,19 @@ class EagerConfig:
     fail_step: int = 0
     fail_how: str = "kill"
 
+    def _check_step_times(self) -> list[str]:
+        self.step_times = self.step_times or [[0.0] * self.processes] * self.iterations
+        try:
+            times = [[float(x) for x in row] for row in self.step_times]
+        except (TypeError, ValueError):
+            times = None
+        if times is None or len(times) != self.iterations or any(len(r) != self.processes for r in times):
+            return [f"step_times must have {self.iterations} rows of {self.processes} seconds each"]
+        if not all(math.isfinite(x) and 0 <= x <= 3600 for row in times for x in row):
+            return ["step_times must be finite numbers of seconds between 0 and 3600"]
+        self.step_times = times
+        return []
+
     def __post_init__(self):
         bad = []
 
@@ -112,29 +125,23 @@ class EagerConfig:
             whole(name, low)
         for name in ("lr", "noise", "timeout"):
             v = getattr(self, name)
+            low = "≥ 0" if name == "noise" else "above 0"
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 \
                     or (name != "noise" and v == 0) or (name == "timeout" and v > 86400):
-                bad.append(f"{name} must be a finite number above 0{' (seconds, at most a day)' * (name == 'timeout')}"
+                bad.append(f"{name} must be a finite number {low}{' (seconds, at most a day)' * (name == 'timeout')}"
                            f", got {v!r}")
             else:
                 setattr(self, name, float(v))
         if self.fail_how not in FAIL_HOW:
             bad.append(f"fail_how must be one of {', '.join(FAIL_HOW)}, got {self.fail_how!r}")
-        if not bad and self.batch * self.shard_batches * self.dim > MAX_SHARD:
-            bad.append(f"each process's data (batch × shard_batches × dim = {self.batch * self.shard_batches * self.dim:,}"
-                       f" numbers) must stay within {MAX_SHARD:,} (1 GiB)")
+        shard = self.batch * self.shard_batches * self.dim if not bad else 0
+        if shard > MAX_SHARD:
+            bad.append(f"each process's data (batch × shard_batches × dim = {shard:,} numbers) must stay within "
+                       f"{MAX_SHARD:,} (1 GiB)")
         if not bad and self.fail_rank is not None and not (0 <= self.fail_rank < self.processes):
             bad.append(f"fail_rank must be a rank below processes={self.processes}, got {self.fail_rank!r}")
         if not bad:
-            self.step_times = self.step_times or [[0.0] * self.processes] * self.iterations
-            shape_ok = len(self.step_times) == self.iterations and all(
-                len(row) == self.processes for row in self.step_times)
-            if not shape_ok:
-                bad.append(f"step_times must have {self.iterations} rows of {self.processes} seconds each")
-            else:
-                self.step_times = [[float(x) for x in row] for row in self.step_times]
-                if not all(math.isfinite(x) and 0 <= x <= 3600 for row in self.step_times for x in row):
-                    bad.append("step_times must be finite numbers of seconds between 0 and 3600")
+            bad += self._check_step_times()
         if bad:
             raise EagerConfigError("invalid eager-SGD configuration: " + "; ".join(bad))
 

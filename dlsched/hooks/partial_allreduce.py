@@ -121,8 +121,8 @@ class PartialAllreduce:
     dlsched.hooks.partial_allreduce.PartialCollectiveError: mode must be one of 'solo', 'majority', 'full', got 'all'
     """
 
-    def __init__(self, store, progress_store, group, rank: int, world: int, numel: int, mode: str, seed: int, rounds: int,
-                 timeout: float, prefix: str = "eager"):
+    def __init__(self, store, progress_store, group, rank: int, world: int, numel: int, mode: str, seed: int,
+                 rounds: int, timeout: float, prefix: str = "eager"):
         if mode not in MODES:
             raise PartialCollectiveError(f"mode must be one of {', '.join(map(repr, MODES))}, got {mode!r}")
         import torch
