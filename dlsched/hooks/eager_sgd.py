@@ -16,6 +16,8 @@ eager-SGD §7.2.1 (``y = a·x + noise``, ``dim`` inputs, its own shard of
      missed its collective enters the next one, so none is lost); the process
      waits until collective ``t`` is done and applies the latest result,
      ``w ← w − lr · Σ/P`` (Algorithm 2, lines 6–8).
+   - ``full``: the same partial-collective machinery, activated by the last
+     process to arrive: synchronous, so it must give DDP's parameters.
 
 ``model_sync_every=K`` averages the replicas (a synchronous all-reduce of the
 parameters) after every ``K`` steps: partial collectives let replicas drift
