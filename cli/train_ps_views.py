@@ -9,14 +9,15 @@ def _row(values, fmt) -> str:
 
 
 def history_table(out: dict, every: int | None = None):
-    """Every ``every``-th iteration (about 20 rows by default) and the last: batches, busy times, CPU shares."""
+    """Every ``every``-th iteration (about 20 rows by default) and the last: each worker's batch, busy time
+    (ms) and CPU share, and the iteration time at server 0."""
     hist = out["history"]
     every = every or max(1, len(hist) // 20)
     shown = [e for e in hist if e["iteration"] % every == 0 or e is hist[-1]]
     return column_table(
         f"{out['config']['policy']} · X = {out['config']['global_batch']} · per iteration",
-        ("iteration", "batch per worker", "busy time per worker (ms)", "CPU share per worker", "iteration"),
-        [(str(e["iteration"]), _row(e["sizes"], lambda b: f"{b:3d}"), _row(e["busy"], lambda t: f"{t * 1e3:5.1f}"),
+        ("it", "batches", "busy ms", "CPU shares", "time"),
+        [(str(e["iteration"]), _row(e["sizes"], lambda b: f"{b:2d}"), _row(e["busy"], lambda t: f"{t * 1e3:3.0f}"),
           _row(e["cpu"], lambda c: f"{c:.3g}"), fmt_seconds(e["time"])) for e in shown])
 
 
@@ -28,4 +29,4 @@ def phase_table(out: dict):
     if "prediction" in out:
         pred = out["prediction"]
         title += f" · quotas predict the split {pred['split']} and BSP/LB-BSP {pred['bsp_over_lbbsp']:.2f}"
-    return column_table(title, ("iterations", "CPU quotas", "last split", "settled iteration time"), rows)
+    return column_table(title, ("iterations", "CPU quotas", "last split", "settled time"), rows)
