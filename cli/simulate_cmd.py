@@ -23,7 +23,7 @@ from .simulate_views import collective_options, print_collectives, print_orders
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Seeds random orders and jitter.")
 @click.option("--jitter", type=NONNEG_FLOAT, default=0.0, show_default=True,
               help="Lognormal sigma of per-op multiplicative noise, per worker and iteration (0: none).")
-@click.option("--sharing", type=click.Choice(["serial", "fair"]), default="serial", show_default=True,
+@click.option("--sharing", type=click.Choice(["serial", "fair"]), default="fair", show_default=True,
               help="serial: one transfer at a time per link; fair: one stream per worker, capacity split.")
 @click.option("--time-limit", type=NONNEG_FLOAT, default=None,
               help="--algo exact: seconds to search (then any size is accepted).")

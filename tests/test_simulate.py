@@ -287,7 +287,7 @@ def test_link_sharing_by_hand():
     three = simulate_workers(g, {"w": 1.0, "op": 0.5}, workers=3, priorities={"w": 0}, sharing="fair")
     assert three.per_worker["makespan"].tolist() == [3.5, 3.5, 3.5]
     # the worker served first rotates between iterations
-    rot = simulate_workers(g, t, workers=2, priorities={"w": 0}, iterations=2)
+    rot = simulate_workers(g, t, workers=2, priorities={"w": 0}, iterations=2, sharing="serial")
     first = rot.per_worker.pivot(index="iteration", columns="worker", values="makespan")
     assert first.loc[0].tolist() == [2.0, 3.0] and first.loc[1].tolist() == [3.0, 2.0]
 

@@ -208,7 +208,7 @@ class FairShareLink(LinkPolicy):
 
 
 #: The link model the simulator uses unless told otherwise (DESIGN §4.7: the one that predicts real runs best).
-DEFAULT_SHARING = "serial"
+DEFAULT_SHARING = "fair"
 
 #: Link models by name (the simulator's ``sharing`` values), in documentation order.
 LINK_POLICIES: dict[str, type[LinkPolicy]] = {p.name: p for p in (SerialLink, FairShareLink)}

@@ -10,13 +10,13 @@ Link sharing (``sharing``), each model a
 :class:`~dlsched.analyses.links.LinkPolicy` of :mod:`dlsched.analyses.links`
 (a new model is a new policy there; the event loop stays as it is):
 
-``"serial"`` (default, DESIGN §4.6)
+``"serial"``
     A link serves one transfer at a time, whichever worker it is for. It takes
     the ready transfer with the lowest (priority rank, worker turn) — at equal
     rank the workers are served round-robin, and the worker that goes first
     rotates every iteration so no worker is favoured for good. Gradient sends
     go first-ready-first.
-``"fair"``
+``"fair"`` (default: it predicts bench_validate.py's real runs at least as well, DESIGN §4.7)
     Each worker has its own stream on every link, which carries one transfer
     at a time (TicTac §5.1: one gRPC channel per worker–server pair), and the
     link's capacity is split evenly among the streams with a transfer in
@@ -289,7 +289,7 @@ def _run_workers(sg: SimGraph, durs: list[list[float]], ranks: list[list[int]], 
 
 def simulate_workers(graph: Graph, times: Mapping[str, float], workers: int = 2,
                      priorities: Mapping[str, int] | None = None, iterations: int = 1, seed: int = 0,
-                     jitter: float = 0.0, sharing: str = "serial", keep_timeline: bool = True,
+                     jitter: float = 0.0, sharing: str = "fair", keep_timeline: bool = True,
                      progress: Callable[[int, int], None] | None = None) -> MultiWorkerResult:
     """Simulate ``iterations`` synchronous iterations of ``workers`` identical workers.
 
