@@ -35,7 +35,7 @@ $DL simulate "$DAG" --oracle "$OUT/oracle.csv" --priorities "$OUT/tac.json" \
     --plot "$OUT/tac-gantt.png" --trace-out "$OUT/tac-trace.json"
 
 step "6. simulate: 4 workers sharing the servers, 20 iterations, orders side by side"
-$DL simulate "$DAG" --oracle "$OUT/oracle.csv" --workers 4 --iterations 20 --jitter 0.05 \
+$DL simulate "$DAG" --oracle "$OUT/oracle.csv" --workers 4 --iterations 20 --jitter 0.05 --sharing serial \
     --compare tic,tac,random,topo
 
 step "7. plan-batch: largest batch in 16 GiB, and a heterogeneous split of 512 samples"
