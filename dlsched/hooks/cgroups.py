@@ -55,6 +55,12 @@ def unavailable(root: Path = CPU_ROOT) -> str | None:
         return f"{root}: no cgroup v1 cpu controller is mounted there"
     if not os.access(root, os.W_OK):
         return f"{root}: not writable (creating a cgroup needs root)"
+    probe = root / f"dlsched-probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:  # a container may show the hierarchy yet refuse new cgroups
+        probe.mkdir()
+        probe.rmdir()
+    except OSError as e:
+        return f"{root}: cannot create a cgroup there ({e.strerror or e})"
     return None
 
 
