@@ -6,7 +6,11 @@ parameters, so compute starts as soon as the first layer's weights are in and
 overlaps with the transfers still in flight. After backward each gradient goes
 back to its server as soon as it is accumulated. In inference the worker only
 runs the forward pass and sends each server a one-element done message, so
-iterations stay synchronous, as in TicTac's inference workload.
+iterations stay synchronous, as in TicTac's inference workload. With a batch
+policy the worker first receives its slice of the global batch from server 0,
+scales its loss by ``n·b_i/X`` and, after its gradients, reports its busy time
+(compute without the waits for parameters) through
+:class:`~dlsched.hooks.batch_manager.WorkerShare`.
 
 The state of the waits (which module waits for which parameters, when compute
 started, what has arrived) lives on :class:`PSWorker`; the hooks registered on
