@@ -334,14 +334,15 @@ def _leave(store, cfg, rank):
 
 # -- the launcher ----------------------------------------------------------------------------------
 
-def train_allreduce(cfg: EagerConfig, timeout: float | None = None, workdir: str | None = None) -> EagerRun:
+def train_allreduce(cfg: EagerConfig, job_timeout: float | None = None, workdir: str | None = None) -> EagerRun:
     """Run the job as ``cfg.processes`` local processes and summarise it.
 
     Parameters
     ----------
     cfg : EagerConfig
-    timeout : float, optional
-        Limit of the whole job in seconds (default: generous, from the settings).
+    job_timeout : float, optional
+        Limit of the whole job in seconds (default: generous, from the
+        settings); ``cfg.timeout`` bounds each single wait.
     workdir : str, optional
         Where the job directory is made.
 
@@ -351,10 +352,17 @@ def train_allreduce(cfg: EagerConfig, timeout: float | None = None, workdir: str
         A rank failed, stalled or died; the message quotes each failed rank.
     """
     import torch
-    limit = timeout or (120 + cfg.timeout * 2 + sum(max(row) for row in cfg.step_times) * 3 + cfg.iterations * 0.5)
-    job = launcher.launch_ranks(__name__, asdict(cfg), cfg.processes, job_timeout=limit, grace=cfg.timeout + 5,
-                                workdir=workdir, prefix="dlsched-eager-", kind="eager-SGD",
-                                refused=EagerConfigError, failed=EagerTrainingError)
+    limit = job_timeout or (120 + cfg.timeout * 2 + sum(max(row) for row in cfg.step_times) * 3
+                            + cfg.iterations * 0.5)
+    t0 = time.monotonic()
+    try:
+        job = launcher.launch_ranks(__name__, asdict(cfg), cfg.processes, job_timeout=limit, grace=cfg.timeout + 5,
+                                    workdir=workdir, prefix="dlsched-eager-", kind="eager-SGD",
+                                    refused=EagerConfigError, failed=EagerTrainingError)
+    except EagerTrainingError as e:
+        if time.monotonic() - t0 >= limit and all(c < 0 for c in e.returncodes):
+            e.args = (f"{e}; the job ran past its limit of {limit:g} s and was stopped",)
+        raise
     res = job.results
     x, y = hyperplane(cfg.dim, 2048, cfg.seed, VALIDATION_PART, cfg.noise)
     w = res[0]["params"]
@@ -391,13 +399,15 @@ def train_allreduce(cfg: EagerConfig, timeout: float | None = None, workdir: str
 
 
 def compare_collectives(collectives, processes: int, iterations: int, imbalance: str | None = None,
-                        step_pad: float = 0.0, seed: int = 0, timeout: float | None = None, **settings) -> dict:
+                        step_pad: float = 0.0, seed: int = 0, job_timeout: float | None = None,
+                        **settings) -> dict:
     """Run one job per collective under the same imbalance; the JSON report of them side by side.
 
     ``imbalance`` is a :mod:`dlsched.analyses.imbalance` spec; process ``p``'s
     step ``t`` lasts ``step_pad · f[t, p] + d[t, p]`` before backward, with the
     speed factors ``f`` and delays ``d`` drawn from ``seed`` (the simulator's
-    draw). ``settings`` go to :class:`EagerConfig`; ``timeout`` bounds each job.
+    draw). ``settings`` go to :class:`EagerConfig` (``timeout`` bounds each
+    wait); ``job_timeout`` bounds each job.
 
     Returns
     -------
@@ -426,7 +436,7 @@ def compare_collectives(collectives, processes: int, iterations: int, imbalance:
         raise EagerConfigError(str(e)) from None
     configs = [EagerConfig(collective=c, processes=processes, iterations=iterations,
                            step_times=(step_pad * f + d).tolist(), seed=seed, **settings) for c in names]
-    runs = {c.collective: train_allreduce(c, timeout=timeout) for c in configs}
+    runs = {c.collective: train_allreduce(c, job_timeout=job_timeout) for c in configs}
     out = {"processes": processes, "iterations": iterations, "imbalance": imbalance or "none",
            "step_pad_s": float(step_pad), "activation": "barrier" if configs[0].barrier else "free-running",
            "collectives": {k: r.to_dict() for k, r in runs.items()}}
