@@ -125,3 +125,10 @@ def test_bad_settings_are_refused(kw, needle):
     with pytest.raises(EagerConfigError, match=needle) as ei:
         EagerConfig(**args)
     assert str(ei.value).startswith("invalid eager-SGD configuration: ") and ei.value.exit_code == 2
+
+
+def test_cli_timeout_bounds_every_wait_in_the_ranks():
+    """--timeout reaches the ranks: 1 ms is too short for them even to meet, and they say so (exit 2)."""
+    proc = run_cli("train-allreduce", "--processes", "2", "--iterations", "3", "--dim", "8", "--batch", "4",
+                   "--collective", "solo", "--timeout", "1ms", timeout=60)
+    assert_clean_error(proc, "eager-SGD job failed", "joining the job failed")
