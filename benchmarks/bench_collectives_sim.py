@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from dlsched.machine import cpu_model, load_averages  # noqa: E402
 
 from dlsched.analyses.collectives_report import collectives_report  # noqa: E402
 
@@ -40,16 +39,6 @@ ALL = ["allreduce", "solo", "majority"]
 E = 0.41
 GRAD = 8192 * 4  # the hyperplane model's 8,192 float32 weights
 MICRO_NET = {"latency": 2e-6, "bandwidth": 1.25e9, "gradient_bytes": 1024}  # ring over 32: 0.126 ms
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def over_seeds(seeds, **kw) -> list[dict]:
@@ -223,7 +212,7 @@ def main() -> int:
         (c1, f1), (c2, f2), (c3, f3) = micro(seeds), hyperplane(seeds), rotate(seeds)
         walls.append(time.perf_counter() - t0)
     checks = c1 + c2 + c3
-    results = {"cpu": cpu_model(), "load": " ".join(f"{x:.2f}" for x in os.getloadavg()), "seeds": len(seeds),
+    results = {"cpu": cpu_model(), "load": load_averages(), "seeds": len(seeds),
                "wall_s": {**stat(walls), "repeats": len(walls)}, "checks": checks, "micro": f1,
                "hyperplane": f2, "rotate": f3,
                "lock_step": {spec: lock_step(spec, seeds) for spec in

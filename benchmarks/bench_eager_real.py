@@ -33,8 +33,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -43,20 +41,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from dlsched.machine import cpu_model, load_averages  # noqa: E402
 RESULTS = ROOT / "benchmarks" / "results"
 P, E, DIM, BATCH = 8, 0.041, 8192, 256
 GRAD_BYTES = (DIM + 1) * 4
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip() + f" ({os.cpu_count()} CPUs)"
-    return platform.processor() or "unknown"
-
-
-def load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def med(xs):
@@ -99,7 +87,7 @@ def hyperplane(iterations: int, repeats: int) -> dict:
                          "sim_speedup": {k: sim["collectives"][k]["speedup"] for k in ("solo", "majority")},
                          "sim_default_alpha_speedup": sim0["collectives"]["solo"]["speedup"],
                          "sim_nap": {k: sim["collectives"][k]["mean_nap"] for k in ("solo", "majority")},
-                         "seconds": time.time() - t0, "load": load()})
+                         "seconds": time.time() - t0, "load": load_averages()})
             print(f"D={d} ms seed {seed}: " + ", ".join(f"{k} {v['steps_per_s']:.2f}/s MSE {v['final_loss']:.4f}"
                                                          for k, v in reps[-1]["real"].items())
                   + f"; sim solo ×{reps[-1]['sim_speedup']['solo']:.2f}", flush=True)
@@ -136,7 +124,7 @@ def skew(iterations: int, repeats: int) -> dict:
     for seed in range(repeats):
         r = real(["ddp", "solo", "majority"], iterations, "skew:linear:10ms:80ms", seed, pad=0.0, barrier=True)
         reps.append({k: {x: v[x] for x in ("mean_latency_s", "mean_nap", "steps_per_s")} for k, v in r.items()}
-                    | {"load": load()})
+                    | {"load": load_averages()})
         print(f"skew seed {seed}: " + ", ".join(f"{k} {v['mean_latency_s'] * 1e3:.1f} ms NAP {v['mean_nap']:.2f}"
                                                 for k, v in r.items()), flush=True)
     # the collective's own cost here: DDP's latency with the barrier and no skew
@@ -211,9 +199,9 @@ def main() -> int:
     doc = json.loads(path.read_text()) if path.exists() else {}
     doc.update(cpu=cpu_model(), torch=torch.__version__)
     if args.part in ("hyperplane", "all"):
-        doc["hyperplane"] = hyperplane(args.iterations or 120, args.repeats) | {"load": load()}
+        doc["hyperplane"] = hyperplane(args.iterations or 120, args.repeats) | {"load": load_averages()}
     if args.part in ("skew", "all"):
-        doc["skew"] = skew(args.iterations or 64, args.repeats) | {"load": load()}
+        doc["skew"] = skew(args.iterations or 64, args.repeats) | {"load": load_averages()}
     path.write_text(json.dumps(doc, indent=1) + "\n")
     text = report(doc)
     (RESULTS / "eager_real.md").write_text(text + "\n")

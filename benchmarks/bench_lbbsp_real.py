@@ -42,8 +42,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -53,22 +51,12 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from dlsched.machine import cpu_model, load_averages  # noqa: E402
 RESULTS = ROOT / "benchmarks" / "results"
 MODEL = "examples/torch_models.py:small_cnn"
 QUOTAS = [0.5, 0.25, 0.125, 0.125]
 X, SWAP, LONG, SHORT = 64, 100, 200, 60
 TARGETS = {"ratio": 1.7, "lbbsp-cpu": 10, "lbbsp-gpu": 60, "sim_error": 0.10}
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip() + f" ({os.cpu_count()} CPUs)"
-    return platform.processor() or "unknown"
-
-
-def load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def spread(xs):
@@ -113,7 +101,7 @@ def one_repeat(seed: int) -> dict:
     runs, loads = {}, []
     for name, its, swaps in (("bsp", SHORT, []), ("lbbsp-cpu", LONG, [f"{SWAP}:0,1"]),
                              ("lbbsp-gpu", LONG, [f"{SWAP}:0,1"])):
-        loads.append(load())
+        loads.append(load_averages())
         t = time.monotonic()
         runs[name] = train_with_policy(MODEL, workers=4, servers=1, global_batch=X, policy=name, predictor="ema",
                                        quotas=QUOTAS, swaps=swaps, iterations=its, seed=seed, timeout=60)

@@ -38,8 +38,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -48,21 +46,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from dlsched.machine import cpu_model, load_averages  # noqa: E402
 
 from dlsched.analyses.online_batch_sim import fig8_trace, simulate_policies, table3_trace  # noqa: E402
 
 OPT, OPT_SLOW = 1.602, (96, 13, 13, 6)
 PREDICTORS = ("memoryless", "ema", "narx")
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def stat(values) -> dict:
@@ -217,7 +206,7 @@ def main() -> int:
         t0 = time.perf_counter()
         simulate_policies(table3_trace(32, 2000, seed=0), ["bsp"] + [f"lbbsp-cpu:{p}" for p in PREDICTORS], 2048)
         walls.append(time.perf_counter() - t0)
-    results = {"cpu": cpu_model(), "load": " ".join(f"{x:.2f}" for x in os.getloadavg()), "seeds": len(seeds),
+    results = {"cpu": cpu_model(), "load": load_averages(), "seeds": len(seeds),
                "fig8": f8, "fig8_noise": noise, "table3": t3, "shared_vs_per_worker": shared_vs_per_worker(seeds),
                "table3_trace": table3_trace(32, 2, seed=0).description, "wall_s": stat(walls)}
     results["checks"] = checks(f8, noise, t3)

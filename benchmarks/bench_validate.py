@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -146,7 +145,7 @@ def summarise(parts: dict) -> dict:
 
 def write_report(parts: dict) -> int:
     from dlsched.exporters.atomic import atomic_write_text
-    from dlsched.hooks.validate_run import cpu_model
+    from dlsched.machine import cpu_model
     summary = summarise(parts)
     def worst(s):  # worst mean-time error over the configurations, then the mean of them, then the ratio error
         ms = [c["models"][s] for c in summary.values()]
@@ -155,7 +154,7 @@ def write_report(parts: dict) -> int:
                 max(m["max_abs_ratio_error"] for m in ms))
     best = min(SHARINGS, key=worst)
     lines = ["# Predictions against real runs (`dlsched validate`)", "",
-             f"CPU: {cpu_model()}, {os.cpu_count()} cores; 1 server + 2 workers in network namespaces, server link "
+             f"CPU: {cpu_model()}; 1 server + 2 workers in network namespaces, server link "
              "shaped by tc tbf at the rate `validate --rate auto` picks (link load = one worker's compute); "
              f"{ITERATIONS} measured iterations after {WARMUP} warm-up per order; every figure is the median of "
              f"{REPEATS} runs with the spread (min…max). Written by `benchmarks/bench_validate.py`.", ""]

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from dlsched.errors import DlschedError
+from dlsched.machine import cpu_model, load_average
 
 #: Orders ``validate`` runs: the unordered baseline and the enforced ones.
 ORDERS = ("random", "topo", "tic", "tac")
@@ -596,23 +597,6 @@ def fig12_points(v: Validation, sharing: str) -> list[tuple[float, float, str]]:
                 pts.append((e, m["iteration_time"], name))
     lo = min((t for _, t, _ in pts), default=1.0)
     return [(e, t / lo, n) for e, t, n in pts]
-
-
-def cpu_model() -> str:
-    """The CPU's model name from ``/proc/cpuinfo`` (``unknown`` elsewhere)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
-
-
-def load_average() -> float:
-    """The one-minute load average (``os.getloadavg``)."""
-    return os.getloadavg()[0]
 
 
 if __name__ == "__main__":
