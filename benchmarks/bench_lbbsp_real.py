@@ -1,6 +1,6 @@
 """LB-BSP for real (issue 13, acceptance 1 and 6): 4 workers whose CPU is taken away by cgroup quotas.
 
-**Setting.** ``dlsched train-ps examples/torch_models.py:small_cnn --workers 4
+**Setting.** ``dlsched train-ps examples/torch_models.py:small_cnn_gap --workers 4
 --servers 1 --global-batch 64 --cpu-quota 0.5,0.25,0.125,0.125``: 4 worker
 processes and 1 server process on this machine's cores, each worker in a cgroup
 v1 ``cpu`` cgroup of its own (``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` =
@@ -53,7 +53,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from dlsched.machine import cpu_model, load_averages  # noqa: E402
 RESULTS = ROOT / "benchmarks" / "results"
-MODEL = "examples/torch_models.py:small_cnn"
+MODEL = "examples/torch_models.py:small_cnn_gap"
 QUOTAS = [0.5, 0.25, 0.125, 0.125]
 X, SWAP, LONG, SHORT = 64, 100, 200, 60
 TARGETS = {"ratio": 1.7, "lbbsp-cpu": 10, "lbbsp-gpu": 60, "sim_error": 0.10}
@@ -143,9 +143,10 @@ def report(doc: dict) -> str:
                                                 f"{fmt.format(d['max'])}; {', '.join(fmt.format(v) for v in d['values'])})")
     lines = [
         "# LB-BSP on cgroup-throttled workers (issue 13, acceptance 1 and 6)", "",
-        f"small CNN, 4 workers + 1 server, X = {X}, worker quotas {QUOTAS} of a core (cgroup v1 cpu, 10 ms "
-        f"period); {len(reps)} repeat(s), median (spread). CPU: {doc['cpu']}; load averages before each run: "
-        + "; ".join(" / ".join(r["loads"]) for r in reps) + ". Other helpers' processes shared the machine.", "",
+        f"`{MODEL.split(':')[1]}` (a small CNN, 103k parameters), 4 workers + 1 server, X = {X}, worker quotas "
+        f"{QUOTAS} of a core (cgroup v1 cpu, 10 ms period); {len(reps)} repeat(s), median (spread). "
+        f"CPU: {doc['cpu']}; load averages before each run: "
+        + "; ".join(" / ".join(r["loads"]) for r in reps) + ".", "",
         f"Quotas predict the split {doc['prediction']['split']} and BSP/LB-BSP = "
         f"{doc['prediction']['bsp_over_lbbsp']:.2f}. Measured lbbsp-cpu splits before/after the swap: "
         + "; ".join(f"{r['split_before']} → {r['split_after']}" for r in reps)

@@ -160,6 +160,28 @@ class SmallCNN(nn.Module):
         return self.fc2(self.relu(self.fc1(torch.flatten(x, 1))))
 
 
+class SmallCNNGAP(nn.Module):
+    """Four convolutions on 32×32 images and global average pooling: a small CNN whose compute
+    dominates its parameters (103k, 0.4 MB; ``SmallCNN`` has 620k and half the compute per sample)."""
+
+    def __init__(self, num_classes: int = 10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 32, 3, padding=1)
+        self.conv2 = nn.Conv2d(32, 32, 3, padding=1)
+        self.conv3 = nn.Conv2d(32, 64, 3, padding=1)
+        self.conv4 = nn.Conv2d(64, 128, 3, padding=1)
+        self.pool = nn.MaxPool2d(2)
+        self.relu = nn.ReLU()
+        self.fc = nn.Linear(128, num_classes)
+
+    def forward(self, x):
+        x = self.relu(self.conv1(x))
+        x = self.pool(self.relu(self.conv2(x)))
+        x = self.pool(self.relu(self.conv3(x)))
+        x = self.relu(self.conv4(x))
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
 class AlexNet(nn.Module):
     def __init__(self, num_classes: int = 1000):
         super().__init__()
@@ -207,10 +229,16 @@ def small_cnn(batch: int = 32):
     return _seeded(SmallCNN), (torch.randn(batch, 3, 32, 32),)
 
 
+def small_cnn_gap(batch: int = 32):
+    """A small CNN on 32×32 images whose per-sample compute dominates its transfers (LB-BSP benchmark)."""
+    return _seeded(SmallCNNGAP), (torch.randn(batch, 3, 32, 32),)
+
+
 def alexnet(batch: int = 8, num_classes: int = 1000):
     """AlexNet on 224×224 images (61,100,840 parameters with 1,000 classes)."""
     return _seeded(AlexNet, num_classes), (torch.randn(batch, 3, 224, 224),)
 
 
 FACTORIES = {"resnet50": resnet50, "vgg16": vgg16, "transformer": transformer, "small_cnn": small_cnn,
+             "small_cnn_gap": small_cnn_gap,
              "alexnet": alexnet}
