@@ -94,15 +94,32 @@ class Timeline:
         return sorted({r.iteration for r in self.records})
 
     def iteration_spans(self, skip: int = 0) -> list[dict]:
-        """Per iteration: start (earliest worker start), end (latest worker end), and
-        each worker's own makespan ``m_i`` (its end minus the common start)."""
-        out = []
-        for it in self.iterations[skip:]:
+        """Per iteration: start, end (the latest worker's end), and each worker's makespan ``m_i`` from that start.
+
+        An iteration starts when the previous one ended: the server sends
+        nothing of iteration ``k`` before the last worker finished ``k − 1``, so
+        a worker that finished early and waits is still in ``k − 1``'s
+        straggling, not in ``k``. The spans tile the run, and their mean is
+        the wall time per iteration. Starting a span at the earliest worker's
+        start instead would count that wait twice. The first recorded
+        iteration starts at its earliest worker's start.
+
+        Examples
+        --------
+        >>> t = Timeline([IterationRecord(0, 0, 0.0, 0.1, 1.0), IterationRecord(1, 0, 0.0, 0.1, 1.4),
+        ...               IterationRecord(0, 1, 1.0, 1.5, 2.2), IterationRecord(1, 1, 1.4, 1.5, 2.0)])
+        >>> [(s["start"], s["end"]) for s in t.iteration_spans()]
+        [(0.0, 1.4), (1.4, 2.2)]
+        """
+        out, prev_end = [], None
+        for it in self.iterations:
             rs = [r for r in self.records if r.iteration == it]
-            start = min(r.start for r in rs)
-            out.append({"iteration": it, "start": start, "end": max(r.end for r in rs),
+            start = min(r.start for r in rs) if prev_end is None else prev_end
+            end = max(r.end for r in rs)
+            out.append({"iteration": it, "start": start, "end": end,
                         "makespans": {r.worker: r.end - start for r in rs}})
-        return out
+            prev_end = end
+        return [s for s in out if s["iteration"] in set(self.iterations[skip:])]
 
     def add_sent(self, sent: list[dict]) -> None:
         """Merge a server's send records ``[{"worker", "iteration", "times": {name: t}}]`` into the records."""
