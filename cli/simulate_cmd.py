@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from dlsched import limits
+from dlsched.analyses.links import DEFAULT_SHARING, LINK_POLICIES
 from dlsched.analyses.orders import ORDERS
 
 from .common import (NONNEG_FLOAT, POSITIVE_INT, SEED, emit_json, exclusive, load_graph, max_work_option,
@@ -23,7 +24,7 @@ from .simulate_views import collective_options, print_collectives, print_orders
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Seeds random orders and jitter.")
 @click.option("--jitter", type=NONNEG_FLOAT, default=0.0, show_default=True,
               help="Lognormal sigma of per-op multiplicative noise, per worker and iteration (0: none).")
-@click.option("--sharing", type=click.Choice(["serial", "fair"]), default="fair", show_default=True,
+@click.option("--sharing", type=click.Choice(list(LINK_POLICIES)), default=DEFAULT_SHARING, show_default=True,
               help="serial: one transfer at a time per link; fair: one stream per worker, capacity split.")
 @click.option("--time-limit", type=NONNEG_FLOAT, default=None,
               help="--algo exact: seconds to search (then any size is accepted).")

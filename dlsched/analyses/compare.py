@@ -31,6 +31,7 @@ from typing import Callable, Mapping, Sequence
 from dlsched.dag import Graph
 from dlsched.errors import DlschedError
 
+from .links import DEFAULT_SHARING
 from .orders import ORDERS, UNORDERED, compute_order
 
 #: Seeds a random order is averaged over.
@@ -170,7 +171,7 @@ class RunResult:
 
 
 def run_order(graph: Graph, times: Mapping[str, float], priorities: Mapping[str, int] | None = None, seed: int = 0,
-              workers: int = 1, iterations: int = 1, jitter: float = 0.0, sharing: str = "serial",
+              workers: int = 1, iterations: int = 1, jitter: float = 0.0, sharing: str = DEFAULT_SHARING,
               keep_timeline: bool = False, progress: Callable | None = None) -> RunResult:
     """Simulate one order: one iteration on one worker, or else the synchronous multi-worker model.
 
@@ -244,7 +245,8 @@ def plan_runs(graph: Graph, times: Mapping[str, float] | None, orders: Sequence[
 
 
 def simulate_runs(graph: Graph, times: Mapping[str, float], runs: Sequence[Run], workers: int = 1,
-                  iterations: int = 1, jitter: float = 0.0, sharing: str = "serial", reporter=None) -> list[RunResult]:
+                  iterations: int = 1, jitter: float = 0.0, sharing: str = DEFAULT_SHARING,
+                  reporter=None) -> list[RunResult]:
     """Simulate ``runs`` one after another, all under one progress stage (see :func:`run_order`)."""
     per_run = len(graph) * workers * iterations
     with _stage(reporter, f"simulating {graph.name}", total=per_run * len(runs), unit="op-steps") as bar:
@@ -271,7 +273,7 @@ def order_rows(orders: Sequence[str], runs: Sequence[Run], results: Sequence[Run
 
 
 def compare_orders(graph: Graph, times: Mapping[str, float], orders: Sequence[str], seed: int = 0,
-                   workers: int = 1, iterations: int = 1, jitter: float = 0.0, sharing: str = "serial",
+                   workers: int = 1, iterations: int = 1, jitter: float = 0.0, sharing: str = DEFAULT_SHARING,
                    given: Mapping[str, Mapping[str, int]] | None = None, time_limit: float | None = None,
                    max_work: int | None = None, reporter=None):
     """Simulate each order and put them side by side; ``random`` is the mean over :func:`random_seeds`.

@@ -55,7 +55,7 @@ import numpy as np
 from dlsched.dag import RECV, Graph
 from dlsched.errors import DlschedError
 
-from .links import LINK_POLICIES, LinkPolicy
+from .links import DEFAULT_SHARING, LINK_POLICIES, LinkPolicy
 from .simulate import SimGraph, compile_graph, transfer_ranks
 
 #: Link-sharing models (``sharing=``), one :class:`~dlsched.analyses.links.LinkPolicy` each.
@@ -289,7 +289,7 @@ def _run_workers(sg: SimGraph, durs: list[list[float]], ranks: list[list[int]], 
 
 def simulate_workers(graph: Graph, times: Mapping[str, float], workers: int = 2,
                      priorities: Mapping[str, int] | None = None, iterations: int = 1, seed: int = 0,
-                     jitter: float = 0.0, sharing: str = "fair", keep_timeline: bool = True,
+                     jitter: float = 0.0, sharing: str = DEFAULT_SHARING, keep_timeline: bool = True,
                      progress: Callable[[int, int], None] | None = None) -> MultiWorkerResult:
     """Simulate ``iterations`` synchronous iterations of ``workers`` identical workers.
 

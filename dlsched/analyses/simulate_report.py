@@ -24,6 +24,7 @@ from dlsched import limits
 from dlsched.dag import Graph
 
 from .compare import Run, RunResult, order_priorities, order_rows, plan_runs, simulate_runs, simulation_count
+from .links import DEFAULT_SHARING
 
 
 def check_simulate_work(ops: int | None, workers: int, iterations: int, compare: Sequence[str] = (),
@@ -85,7 +86,7 @@ class SimulationReport:
 
 def simulate_report(graph: Graph, times: Mapping[str, float], algo: str = "unordered", given=None,
                     compare: Sequence[str] = (), workers: int = 1, iterations: int = 1, seed: int = 0,
-                    jitter: float = 0.0, sharing: str = "serial", time_limit: float | None = None,
+                    jitter: float = 0.0, sharing: str = DEFAULT_SHARING, time_limit: float | None = None,
                     max_work: int | None = None, keep_timeline: bool = False, reporter=None) -> SimulationReport:
     """Simulate ``graph`` under one order, beside the bounds and the ``compare`` orders.
 
