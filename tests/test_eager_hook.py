@@ -132,3 +132,14 @@ def test_cli_timeout_bounds_every_wait_in_the_ranks():
     proc = run_cli("train-allreduce", "--processes", "2", "--iterations", "3", "--dim", "8", "--batch", "4",
                    "--collective", "solo", "--timeout", "1ms", timeout=60)
     assert_clean_error(proc, "eager-SGD job failed", "joining the job failed")
+
+
+def test_job_stopped_at_its_limit_says_so():
+    """The launcher kills ranks still running at the job's limit, and the error says why (not only the signal)."""
+    from dlsched.hooks.eager_sgd import EagerTrainingError, train_allreduce
+    cfg = _cfg("solo", 2, [[30.0] * 4] * 2, timeout=60)
+    t0 = time.monotonic()
+    with pytest.raises(EagerTrainingError, match="ran past its limit of 3 s and was stopped") as ei:
+        train_allreduce(cfg, job_timeout=3)
+    assert "was killed (signal" in str(ei.value) and ei.value.exit_code == 2
+    assert time.monotonic() - t0 < 30

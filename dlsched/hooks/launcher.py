@@ -139,8 +139,9 @@ def launch_ranks(entry: str, config: dict, world: int, *, job_timeout: float, gr
     refused
         Invalid arguments, or the job directory cannot be made.
     failed
-        Any rank failed; the message quotes each failed rank's error line, and
-        the error carries ``returncodes``, ``stderr`` and ``workdir``.
+        Any rank failed; the message quotes each failed rank's error line (and
+        says so when the ranks were stopped at the job's limit), and the error
+        carries ``returncodes``, ``stderr`` and ``workdir``.
     """
     problems = []
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, numbers.Real)
@@ -197,6 +198,8 @@ def _run_job(entry, config, world, tmp, procs, limit, grace, on_start, prefixes,
                 failed_at = time.monotonic()
                 deadline = min(deadline, failed_at + grace)
             time.sleep(0.05)
+        # ranks still running at the limit, none of them failed: the job was cut short, not broken
+        stopped = failed_at is None and any(p.poll() is None for p in procs)
     finally:
         end_children(procs)
     codes = [p.returncode for p in procs]
@@ -208,6 +211,8 @@ def _run_job(entry, config, world, tmp, procs, limit, grace, on_start, prefixes,
                 msg = [ln for ln in e.splitlines() if ln.startswith("dlsched: error:")]
                 why = msg[0][len("dlsched: error: "):] if msg else (e.strip().splitlines() or ["no message"])[-1]
                 lines.append(f"rank {r} exited with {c}: {why}" if c > 0 else f"rank {r} was killed (signal {-c})")
+        if stopped:
+            lines.append(f"the job ran past its limit of {limit:g} s and was stopped")
         err = failed(f"{kind} job failed: " + "; ".join(lines))
         err.returncodes, err.stderr = codes, errs
         raise err
