@@ -119,7 +119,7 @@ class Timeline:
             out.append({"iteration": it, "start": start, "end": end,
                         "makespans": {r.worker: r.end - start for r in rs}})
             prev_end = end
-        return [s for s in out if s["iteration"] in set(self.iterations[skip:])]
+        return out[skip:]
 
     def add_sent(self, sent: list[dict]) -> None:
         """Merge a server's send records ``[{"worker", "iteration", "times": {name: t}}]`` into the records."""
