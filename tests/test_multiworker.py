@@ -181,7 +181,7 @@ def test_golden_long_runs_are_reproduced_exactly():
 
 # -- an exact reference simulator ---------------------------------------------------
 
-def reference_workers(sg, durs, ranks, turn, sharing):
+def reference_workers(sg, durs, ranks, turn, sharing, overlap=1):
     """Decision-point simulation of ``W`` workers straight from the model, in exact arithmetic.
 
     At each instant: the ops with no work left end and release their
@@ -191,6 +191,8 @@ def reference_workers(sg, durs, ranks, turn, sharing):
     (ready time, worker turn, index); then time moves to the next end, with
     the ``m`` transfers in flight on a link each progressing at rate ``1/m``.
     Durations are taken as exact fractions, so no rounding decides a tie.
+    A compute op that starts while its worker has a transfer on a link (one
+    started at the same instant included) takes ``overlap`` times its time.
     """
     from fractions import Fraction
 
@@ -229,11 +231,14 @@ def reference_workers(sg, durs, ranks, turn, sharing):
         by_queue = {}
         for op in waiting:
             by_queue.setdefault(queue(op), []).append(op)
-        for q, ops in by_queue.items():
+        for q, ops in sorted(by_queue.items(), key=lambda item: item[0][0] != "link"):
             if q not in running:
                 op = min(ops, key=key)
                 waiting.discard(op)
-                running[q], left[op], start[op] = op, Fraction(durs[op[0]][op[1]]), t
+                d = Fraction(durs[op[0]][op[1]])
+                if q[0] == "compute" and any(p[0] == "link" and o[0] == op[0] for p, o in running.items()):
+                    d *= Fraction(overlap)
+                running[q], left[op], start[op] = op, d, t
         if any(left[op] == 0 for op in running.values()):
             continue  # zero-time ops end at this instant, before time moves on
         assert running, "stalled"
@@ -289,6 +294,18 @@ def test_exact_agreement_with_the_reference_where_floats_are_exact(gt, data, see
     sg, durs, ranks, turn = core_inputs(gt, workers, seed, integer=True, zero=zero)
     assert multiworker._run_workers(sg, durs, ranks, turn, sharing) == reference_workers(sg, durs, ranks, turn,
                                                                                          sharing)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_dags, st.data(), st.integers(0, 10**6), st.sampled_from([1.5, 2.0]))
+def test_compute_beside_transfers_slows_as_the_reference(gt, data, seed, overlap):
+    """Compute that starts beside its worker's own transfer takes ``overlap`` times its time: the
+    simulator agrees with the exact reference to the bit (integer times, halves stay exact)."""
+    sharing = data.draw(st.sampled_from(["serial", "fair"]))
+    workers = data.draw(st.integers(1, 4 if sharing == "serial" else 2))
+    sg, durs, ranks, turn = core_inputs(gt, workers, seed, integer=True, zero=0.0)
+    got = multiworker._run_workers(sg, durs, ranks, turn, sharing, overlap=overlap)
+    assert got == reference_workers(sg, durs, ranks, turn, sharing, overlap)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -132,7 +132,7 @@ _DONE = -1.0  # due time of a finished op: no event time equals it
 
 
 def _run_workers(sg: SimGraph, durs: list[list[float]], ranks: list[list[int]], turn: list[int],
-                 sharing: str, progress: Callable[[int], None] | None = None
+                 sharing: str, progress: Callable[[int], None] | None = None, overlap: float = 1.0
                  ) -> tuple[list[list[float]], list[list[float]]]:
     """Simulate one iteration of ``len(durs)`` workers sharing the links.
 
@@ -159,6 +159,13 @@ def _run_workers(sg: SimGraph, durs: list[list[float]], ranks: list[list[int]], 
     progress : callable, optional
         ``progress(done)`` hears the op-steps completed so far every
         :data:`PROGRESS_EVERY` of them.
+    overlap : float
+        A compute op that starts while its worker has a transfer in flight
+        takes ``overlap`` times its time: moving the link's bytes costs the
+        worker's own process CPU (measured by
+        :func:`dlsched.hooks.validate_run.overlap_slowdown`; 1 = free).
+        The rate is fixed at the op's start, which is exact for ops that are
+        short against the transfers.
 
     Returns
     -------
@@ -177,6 +184,11 @@ def _run_workers(sg: SimGraph, durs: list[list[float]], ranks: list[list[int]], 
     >>> _run_workers(sg, [sg.dur] * 2, [rank] * 2, [0, 1], "serial")[1]
     [[1.0, 2.0], [2.0, 3.0]]
     >>> _run_workers(sg, [sg.dur] * 2, [rank] * 2, [0, 1], "fair")[1]
+    [[2.0, 3.0], [2.0, 3.0]]
+
+    Only compute that overlaps a transfer is slowed: here none does.
+
+    >>> _run_workers(sg, [sg.dur] * 2, [rank] * 2, [0, 1], "fair", overlap=1.5)[1]
     [[2.0, 3.0], [2.0, 3.0]]
     """
     n, W = sg.n, len(durs)
@@ -208,12 +220,15 @@ def _run_workers(sg: SimGraph, durs: list[list[float]], ranks: list[list[int]], 
     start = [[0.0] * n for _ in range(W)]
     end = [[0.0] * n for _ in range(W)]
     due = [_DONE] * (W * n)  # latest predicted end of each running op; events that disagree are stale
+    inflight = [0] * W  # transfers of each worker now on a link
     events: list[tuple[float, int]] = []
     push, pop = heapq.heappush, heapq.heappop
 
     def dispatch(t: float, touched: list[int], changed: list[LinkPolicy]) -> None:
         """Start the next op on every idle queue in ``touched``, then push the new
         predicted ends of every link in ``changed`` or started on."""
+        if overlap != 1.0:  # transfers first, so a compute op starting beside one sees it
+            touched.sort(key=lambda q: owner[q] is None)
         for q in touched:
             if busy[q] or not ready[q]:
                 continue
@@ -223,10 +238,11 @@ def _run_workers(sg: SimGraph, durs: list[list[float]], ranks: list[list[int]], 
             start[w][i] = t
             link = owner[q]
             if link is None:
-                due[g] = e = t + durs[w][i]
+                due[g] = e = t + (durs[w][i] * overlap if inflight[w] else durs[w][i])
                 push(events, (e, g))
             else:
                 link.admit(t, g, durs[w][i])
+                inflight[w] += 1
                 changed.append(link)
         for link in dict.fromkeys(changed):  # once per link, after all of this round's changes
             for e, g in link.ends(t):
@@ -269,6 +285,7 @@ def _run_workers(sg: SimGraph, durs: list[list[float]], ranks: list[list[int]], 
             link = owner[q]
             if link is not None:
                 link.finish(t, g)
+                inflight[w] -= 1
                 changed.append(link)  # the others on the link may speed up
             rem, rw, tw, base = remaining[w], ranks[w], turn[w], w * n
             for j in succ[i]:
