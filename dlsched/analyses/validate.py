@@ -63,6 +63,24 @@ def measured_iterations(timeline, skip: int = 0) -> list[dict]:
     return out
 
 
+def busy_compute(timeline, skip: int = 0) -> float:
+    """Median over the kept iterations and the workers of the seconds a worker spent computing
+    (compute start to end, less the waits that blocked it).
+
+    Examples
+    --------
+    >>> from dlsched.hooks.timeline import IterationRecord, Timeline
+    >>> t = Timeline([IterationRecord(0, 0, 0.0, 0.5, 2.0, stalls=[[1.0, 1.5]]),
+    ...               IterationRecord(1, 0, 0.0, 0.0, 1.2)])
+    >>> busy_compute(t)
+    1.1
+    """
+    from dlsched.hooks.timeline import compute_spans
+    kept = set(timeline.iterations[skip:])
+    busy = [sum(b - a for a, b in compute_spans(r)) for r in timeline.records if r.iteration in kept]
+    return float(np.median(busy)) if busy else math.nan
+
+
 def observed_priorities(record) -> dict[str, int]:
     """The transfer order one worker's servers really sent in one iteration, as priorities.
 
@@ -80,8 +98,11 @@ def observed_priorities(record) -> dict[str, int]:
 
 
 def replay_iteration(graph: Graph, times: Mapping[str, float], priorities: Sequence[Mapping[str, int]],
-                     sharing: str) -> list[float]:
+                     sharing: str, overlap: float = 1.0) -> list[float]:
     """Simulate one iteration in which worker ``w`` enforces ``priorities[w]``; returns each worker's makespan.
+
+    ``overlap``: compute beside the worker's own transfers runs that many times
+    slower (see :func:`~dlsched.analyses.multiworker._run_workers`).
 
     Examples
     --------
@@ -97,7 +118,7 @@ def replay_iteration(graph: Graph, times: Mapping[str, float], priorities: Seque
 
     sg = compile_graph(graph, times)
     ranks = [transfer_ranks(sg, p, 0, "canonical") for p in priorities]
-    _, end = _run_workers(sg, [sg.dur] * len(ranks), ranks, list(range(len(ranks))), sharing)
+    _, end = _run_workers(sg, [sg.dur] * len(ranks), ranks, list(range(len(ranks))), sharing, overlap=overlap)
     return [max(e, default=0.0) for e in end]
 
 
@@ -111,7 +132,7 @@ class Predicted:
 
 def predict_iterations(graph: Graph, times: Mapping[str, float], workers: int,
                        priorities: Mapping[str, int] | None, iterations: int, sharing: str,
-                       compute_factors: Sequence[float] = (1.0,), seed: int = 0) -> Predicted:
+                       compute_factors: Sequence[float] = (1.0,), seed: int = 0, overlap: float = 1.0) -> Predicted:
     """Simulate ``iterations`` synchronous iterations in which each worker's compute is scaled per iteration.
 
     Worker ``w`` of iteration ``i`` runs every compute op ``factor`` times its
@@ -119,6 +140,7 @@ def predict_iterations(graph: Graph, times: Mapping[str, float], workers: int,
     measured steps over their median, so that the slowest of ``W`` workers —
     which ends a synchronous iteration — is as slow as it really is. Without
     ``priorities`` every worker draws its own random transfer order per iteration.
+    Compute beside the worker's own transfers runs ``overlap`` times slower.
 
     Examples
     --------
@@ -144,7 +166,8 @@ def predict_iterations(graph: Graph, times: Mapping[str, float], workers: int,
         durs = [np.where(on_compute, base * fw, base).tolist() for fw in f]
         ranks = [fixed if fixed is not None else transfer_ranks(sg, None, int(rng.integers(2 ** 31)), "random")
                  for _ in range(workers)]
-        _, end = _run_workers(sg, durs, ranks, [(w - it) % workers for w in range(workers)], sharing)
+        _, end = _run_workers(sg, durs, ranks, [(w - it) % workers for w in range(workers)], sharing,
+                              overlap=overlap)
         spans = [max(e, default=0.0) for e in end]
         slow = max(spans)
         rows.append({"iteration": it, "iteration_time": slow,

@@ -32,6 +32,7 @@ import contextlib
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import time
@@ -44,6 +45,14 @@ from dlsched.machine import cpu_model, load_average
 #: Orders ``validate`` runs: the unordered baseline and the enforced ones.
 ORDERS = ("random", "topo", "tic", "tac")
 NETWORKS = ("auto", "netns", "localhost")
+#: Profiled runs per op of the in-situ oracle. A small VM's speed drifts by several percent over seconds;
+#: a profile of 5 runs (2 s) caught such phases and moved the oracle's compute by up to 15%.
+ORACLE_RUNS = 15
+#: Iterations of the calibration job that sets the oracle's compute level: dropped (a job's first steps
+#: are slower: allocation, cold caches), then measured.
+CALIBRATION_WARMUP, CALIBRATION_ITERATIONS = 2, 4
+#: Rounds of steps timed with the link idle and then busy (:func:`overlap_slowdown` takes their median).
+OVERLAP_ROUNDS = 3
 
 
 def pick_rate(compute: float, transfer_bytes: float, workers: int, ratio: float = 1.0) -> str:
@@ -208,18 +217,14 @@ def _stream_ends(hosts: Hosts) -> tuple[list, list, dict, dict, str]:
 
 
 @contextlib.contextmanager
-def cluster_load(hosts: Hosts, model: str, mode: str, batch: int, threads: int, workers: int):
-    """Load the machine as the running cluster does, while the oracle's compute is profiled.
+def cluster_load(model: str, mode: str, batch: int, threads: int, workers: int):
+    """Load the machine as the cluster's other workers do, while compute is profiled or timed.
 
-    On a machine with few cores the cluster's ranks share the CPU: ``W`` workers
-    compute at once, and every byte on the link costs CPU in gloo and the
-    kernel. A profile taken alone misses both, so it runs beside ``W − 1``
-    co-runners computing the model's step in a loop (``threads`` each) and a
-    stream of large transfers across the cluster's own link.
+    On a machine with few cores the cluster's ranks share the CPU: ``W``
+    workers compute at once, so a profile taken alone is too fast. This runs
+    ``W − 1`` co-runners computing the model's step in a loop (``threads`` each).
     """
-    from dlsched.profiling.network import _read_line, _reap
-
-    from .netns import tc_rate_bytes
+    from dlsched.profiling.network import _reap
     procs = []
     try:
         spec = json.dumps({"model": model, "mode": mode, "batch": batch, "threads": threads})
@@ -227,20 +232,53 @@ def cluster_load(hosts: Hosts, model: str, mode: str, batch: int, threads: int, 
             procs.append(subprocess.Popen([sys.executable, "-m", "dlsched.hooks.validate_run", spec],
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                           env=dict(os.environ, OMP_NUM_THREADS=str(threads))))
-        pre_s, pre_c, env_s, env_c, host = _stream_ends(hosts)
-        rate = tc_rate_bytes(hosts.rate) if hosts.rate else None
-        big = link_sizes(rate)[-1]
+        time.sleep(1.0)  # the co-runners are past their imports
+        yield
+    finally:
+        for p in reversed(procs):
+            _reap(p)
+
+
+@contextlib.contextmanager
+def link_stream(hosts: Hosts):
+    """Keep the cluster's own link busy at its full rate: a ``net-peer`` on the server's side and a client
+    sending it large transfers for up to two minutes, flowing before this yields.
+
+    Every byte on the link costs CPU in gloo and the kernel, which a worker's
+    compute feels while its transfers are in flight (:func:`overlap_slowdown`).
+
+    Raises
+    ------
+    NetworkError
+        The peer does not start or the client does not connect within two minutes.
+    """
+    from dlsched.profiling.network import NetworkError, _read_line, _reap
+
+    from .netns import tc_rate_bytes
+    pre_s, pre_c, env_s, env_c, host = _stream_ends(hosts)
+    rate = tc_rate_bytes(hosts.rate) if hosts.rate else None
+    big = link_sizes(rate)[-1]
+    procs = []
+    try:
         peer = subprocess.Popen(pre_s + [sys.executable, "-m", "dlsched.cli.main", "net-peer", "--host", host,
                                          "--port", "0", "--sessions", "1"], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, env=dict(env_s, PYTHONUNBUFFERED="1"))
         procs.append(peer)
         line = _read_line(peer, time.monotonic() + 120)
-        if line and "listening on" in line:
-            sizes = [big] * max(4, int(120 * (rate or 1e9) / big))
-            procs.append(subprocess.Popen(pre_c + [sys.executable, "-c", _CLIENT, host, line.rsplit(":", 1)[1],
-                                                   json.dumps(sizes)], stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.DEVNULL, env=env_c))
-        time.sleep(1.0)  # the co-runners are past their imports
+        if not line or "listening on" not in line:
+            raise NetworkError("the link stream's peer did not start in the server's namespace")
+        plan = json.dumps({"host": host, "port": int(line.rsplit(":", 1)[1]), "repeats": 1, "timeout": 60.0,
+                           "connect_timeout": 30.0, "sizes": [big] * max(4, int(120 * (rate or 1e9) / big))})
+        client = subprocess.Popen(pre_c + [sys.executable, "-m", "dlsched.profiling.network", plan],
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                  env=dict(env_c, PYTHONUNBUFFERED="1"))
+        procs.append(client)
+        deadline = time.monotonic() + 120
+        while (line := _read_line(client, deadline)) not in ("connected", None):
+            pass
+        if line is None:
+            raise NetworkError("the link stream's client did not connect to its peer within two minutes")
+        time.sleep(1.0)  # past gloo's set-up: the bytes flow
         yield
     finally:
         for p in reversed(procs):
@@ -276,26 +314,35 @@ class InSituOracle:
     threads: int
     runs: int
     factors: list = field(default_factory=lambda: [1.0])
+    overlap: float = 1.0
+    scale: float = 1.0
+
+    def rescale(self, scale: float) -> None:
+        """Multiply every compute op's time by ``scale`` (the profile's shape, the cluster's level)."""
+        for o in self.graph.compute_ops():
+            self.times[o.name] *= scale
+        self.compute *= scale
+        self.scale *= scale
 
     def describe(self) -> dict:
         return {"compute": f"median of {self.runs} profiled runs per op, {self.threads} intra-op thread(s) "
-                           "per process (as the cluster runs), beside the cluster's load: the other workers "
-                           "computing and the link busy",
+                           "per process (as the cluster runs), beside the other workers computing, scaled by "
+                           f"x{self.scale:.3f} to the compute the cluster's workers spent per step in a "
+                           f"{CALIBRATION_ITERATIONS}-iteration unordered calibration job",
+                "compute_beside_transfers": f"x{self.overlap:.3f}: whole steps timed with the link busy at its "
+                                            f"rate over steps timed without (median of {OVERLAP_ROUNDS} rounds "
+                                            "of 12 each)",
                 "transfers": "latency + bytes / bandwidth measured with gloo over the cluster's link (bandwidth: "
                              "transfers of 1-16 MB; latency: half a 4 KB round trip)",
                 "compute_per_worker_s": self.compute, "transfer_bytes_per_worker": self.transfer_bytes,
                 "bandwidth_bytes_per_s": self.link["bandwidth"], "latency_s": self.link["latency"],
                 "link_peer": self.link.get("peer"),
-                "compute_factors": "whole steps timed beside the same load, over their median: "
+                "compute_factors": "whole steps timed beside the other workers, over their median: "
                                    + ", ".join(f"{f:.3f}" for f in sorted(self.factors))}
 
 
-def step_factors(model: str, mode: str, batch: int, threads: int, steps: int = 12) -> list[float]:
-    """Whole compute steps of the model (forward; forward and backward in training), each over their median.
-
-    How much a worker's step varies from one iteration to the next under the
-    cluster's load; the slowest of the workers ends each synchronous iteration.
-    """
+def step_times(model: str, mode: str, batch: int, threads: int, steps: int = 12) -> list[float]:
+    """Seconds of whole compute steps of the model (forward; forward and backward in training), after one warm-up."""
     import torch
 
     from dlsched.factory import call_factory, training_loss
@@ -312,12 +359,48 @@ def step_factors(model: str, mode: str, batch: int, threads: int, steps: int = 1
             else:
                 with torch.no_grad():
                     module(*inputs)
-            if i:  # the first step warms up
+            if i:
                 took.append(time.perf_counter() - t)
     finally:
         torch.set_num_threads(old)
-    mid = sorted(took)[len(took) // 2]
+    return took
+
+
+def step_factors(took: Sequence[float]) -> list[float]:
+    """Each step over their median: how much a worker's step varies from one iteration to the next
+    under the cluster's load (the slowest of the workers ends each synchronous iteration).
+
+    Examples
+    --------
+    >>> step_factors([1.0, 2.0, 4.0])
+    [0.5, 1.0, 2.0]
+    """
+    mid = statistics.median(took)
     return [t / mid for t in took]
+
+
+def overlap_slowdown(pairs: Sequence[tuple[Sequence[float], Sequence[float]]]) -> float:
+    """How many times slower a step computes while the link is busy, at least 1.
+
+    ``pairs`` holds, per round, the step times without and then with the link
+    busy (:func:`link_stream`); each round gives the ratio of its medians, and
+    the median round is the answer, so a drift of the machine between rounds
+    does not count. On one host the workers, the server and the kernel share
+    the cores, and moving the link's bytes takes CPU the compute then lacks.
+    The simulator slows compute that starts beside its worker's own transfers
+    by this factor (:func:`~dlsched.analyses.multiworker._run_workers`);
+    noise that makes the busy steps faster is not a speed-up, hence the floor.
+
+    Examples
+    --------
+    >>> overlap_slowdown([([0.50, 0.52, 0.48], [0.56, 0.60, 0.58]), ([0.4, 0.4], [0.48, 0.48]),
+    ...                   ([0.5], [0.55])])
+    1.16
+    >>> overlap_slowdown([([0.5, 0.5], [0.49, 0.49])])
+    1.0
+    """
+    ratios = [statistics.median(busy) / statistics.median(quiet) for quiet, busy in pairs]
+    return max(1.0, round(statistics.median(ratios), 6))
 
 
 def in_situ_oracle(model: str, graph, link, threads: int, runs: int = 5) -> InSituOracle:
@@ -359,6 +442,41 @@ class OrderRun:
     replayed: dict = field(default_factory=dict)  # sharing -> [iteration time per measured iteration]
 
 
+def _job(model: str, graph, hosts: Hosts, prio: dict | None, guess: float, *, workers: int, servers: int,
+         mode: str, batch: int, iterations: int, threads: int, seed: int):
+    """Run the parameter-server job on ``hosts`` under ``prio`` (``None``: unordered); ``guess`` is a
+    predicted iteration time, which sets the timeouts."""
+    from .torch_ps import PSConfig, launch_local
+    recvs = graph.recvs()
+    order = [r.name for r in recvs] if prio is None else sorted(prio, key=lambda n: (prio[n], n))
+    cfg = PSConfig(model=model, order=order, ps={r.name: r.ps for r in recvs}, servers=servers, workers=workers,
+                   iterations=iterations, batch=batch, mode=mode, unordered=prio is None, window=1,
+                   timeout=max(60.0, 20 * guess), lr=0.001, seed=seed, threads=threads)
+    return launch_local(cfg, timeout=120 + 10 * guess * iterations, prefixes=hosts.prefixes(), env=hosts.envs(),
+                        init_method=hosts.init_method())
+
+
+def calibrate(model: str, graph, oracle: InSituOracle, hosts: Hosts, *, workers: int, servers: int, mode: str,
+              batch: int, threads: int, seed: int = 0) -> None:
+    """Set the oracle's compute level to the cluster's: rescale it to the compute its workers really spend.
+
+    A short unordered job runs (:data:`CALIBRATION_WARMUP` dropped
+    iterations, then :data:`CALIBRATION_ITERATIONS`); the median over its workers and
+    iterations of the time each spent computing (less the waits that blocked
+    it) over the profile's compute per worker is the scale. In the cluster a
+    step runs through the hooks that wait for parameters, on weights just
+    written by the receives, beside a server: on a small VM that was 10-25%
+    slower than the same step profiled beside a co-runner, and the per-op
+    profile keeps only its shape. The job is separate from the measured runs,
+    and unordered, so its compute mostly follows its transfers.
+    """
+    from dlsched.analyses.validate import busy_compute
+    guess = oracle.compute + oracle.transfer_bytes * workers / oracle.link["bandwidth"]
+    run = _job(model, graph, hosts, None, guess, workers=workers, servers=servers, mode=mode, batch=batch,
+               iterations=CALIBRATION_WARMUP + CALIBRATION_ITERATIONS, threads=threads, seed=seed)
+    oracle.rescale(busy_compute(run.timeline, skip=CALIBRATION_WARMUP) / oracle.compute)
+
+
 def run_order(model: str, graph, oracle: InSituOracle, hosts: Hosts, name: str, *, workers: int, servers: int,
               mode: str, batch: int, iterations: int, warmup: int, threads: int, sharings: Sequence[str],
               seed: int = 0) -> OrderRun:
@@ -366,26 +484,20 @@ def run_order(model: str, graph, oracle: InSituOracle, hosts: Hosts, name: str, 
     from dlsched.analyses.orders import compute_order
     from dlsched.analyses.validate import (measured_iterations, observed_priorities, predict_iterations,
                                            replay_iteration)
-
-    from .torch_ps import PSConfig, launch_local
-    recvs = graph.recvs()
     prio = None if name == "random" else compute_order(graph, name, oracle.times)
-    order = [r.name for r in recvs] if prio is None else sorted(prio, key=lambda n: (prio[n], n))
-    predicted = {s: predict_iterations(graph, oracle.times, workers, prio, iterations, s, oracle.factors, seed)
-                 for s in sharings}
+    predicted = {s: predict_iterations(graph, oracle.times, workers, prio, iterations, s, oracle.factors, seed,
+                                       overlap=oracle.overlap) for s in sharings}
     guess = max(float(p.per_iteration["iteration_time"].max()) for p in predicted.values())
-    cfg = PSConfig(model=model, order=order, ps={r.name: r.ps for r in recvs}, servers=servers, workers=workers,
-                   iterations=warmup + iterations, batch=batch, mode=mode, unordered=prio is None, window=1,
-                   timeout=max(60.0, 20 * guess), lr=0.001, seed=seed, threads=threads)
-    run = launch_local(cfg, timeout=120 + 10 * guess * (warmup + iterations), prefixes=hosts.prefixes(),
-                       env=hosts.envs(), init_method=hosts.init_method())
+    run = _job(model, graph, hosts, prio, guess, workers=workers, servers=servers, mode=mode, batch=batch,
+               iterations=warmup + iterations, threads=threads, seed=seed)
     measured = measured_iterations(run.timeline, skip=warmup)
     replayed = {}
     for s in sharings:
         spans = []
         for it in run.timeline.iterations[warmup:]:
             recs = sorted((r for r in run.timeline.records if r.iteration == it), key=lambda r: r.worker)
-            spans.append(max(replay_iteration(graph, oracle.times, [observed_priorities(r) for r in recs], s)))
+            spans.append(max(replay_iteration(graph, oracle.times, [observed_priorities(r) for r in recs], s,
+                                              overlap=oracle.overlap)))
         replayed[s] = spans
     return OrderRun(name, prio, run.timeline, measured, predicted, replayed)
 
@@ -477,10 +589,22 @@ def run_validation(model: str, *, workers: int = 2, servers: int = 1, rate: str 
         say("measuring the link")
         link = measure_link(hosts)
         say(f"link: {link.bandwidth * 8 / 1e6:.0f} Mbit/s, latency {link.latency * 1e6:.0f} us")
-        say("profiling compute beside the cluster's load (co-running workers, a busy link)")
-        with cluster_load(hosts, model, mode, batch, threads, workers):
-            oracle = in_situ_oracle(model, graph, link, threads)
-            oracle.factors = step_factors(model, mode, batch, threads)
+        say("profiling compute beside the other workers")
+        with cluster_load(model, mode, batch, threads, workers):
+            oracle = in_situ_oracle(model, graph, link, threads, runs=ORACLE_RUNS)
+            pairs = []
+            for r in range(OVERLAP_ROUNDS):
+                say(f"timing steps with the link idle, then busy ({r + 1}/{OVERLAP_ROUNDS})")
+                quiet = step_times(model, mode, batch, threads)
+                with link_stream(hosts):
+                    pairs.append((quiet, step_times(model, mode, batch, threads)))
+        oracle.factors = step_factors([t for quiet, _ in pairs for t in quiet])
+        oracle.overlap = overlap_slowdown(pairs)
+        say(f"compute beside a busy link: x{oracle.overlap:.3f}")
+        say(f"calibration job: unordered, {CALIBRATION_WARMUP} + {CALIBRATION_ITERATIONS} iterations")
+        calibrate(model, graph, oracle, hosts, workers=workers, servers=servers, mode=mode, batch=batch,
+                  threads=threads, seed=seed)
+        say(f"compute per step in the cluster: {oracle.compute:.3f} s (the profile's x{oracle.scale:.3f})")
         runs = {}
         for name in orders:
             say(f"running order {name} ({warmup} + {iterations} iterations)")
