@@ -71,8 +71,8 @@ def print_orders(out: dict, report) -> None:
     rows = [("makespan" + (" (mean iteration time)" if multi else ""), fmt_seconds(out["makespan"])),
             ("efficiency E", f"{out['efficiency']:.3f}"),
             ("efficiency against L_dep", f"{out['dependency_efficiency']:.3f}"),
-            ("upper bound U (serial)", fmt_seconds(out["upper"])),
-            ("lower bound L (busiest resource)", fmt_seconds(out["lower"])),
+            (f"upper bound {'U_W' if multi else 'U'} (serial)", fmt_seconds(out["upper"])),
+            (f"lower bound {'L_W' if multi else 'L'} (busiest resource)", fmt_seconds(out["lower"])),
             ("dependency-aware lower bound L_dep", fmt_seconds(out["dependency_lower"])),
             ("best possible speedup S", f"{out['speedup']:.3f}"),
             ("ops / transfers / servers", f"{out['ops']:,} / {out['transfers']:,} / {out['parameter_servers']}")]
