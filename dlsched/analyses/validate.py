@@ -2,7 +2,7 @@
 
 Pure functions over data: the measured side comes from a parameter-server
 run's :class:`~dlsched.hooks.timeline.Timeline` (per iteration: the span from
-the first worker's start to the last worker's end, and each worker's
+the previous iteration's end to its last worker's end, and each worker's
 makespan), the predicted side from
 :func:`~dlsched.analyses.multiworker.simulate_workers` with the in-situ oracle.
 :func:`replay_iteration` rates one measured iteration by replaying the transfer
@@ -44,8 +44,9 @@ def relative_error(predicted: float, measured: float) -> float:
 def measured_iterations(timeline, skip: int = 0) -> list[dict]:
     """Per kept iteration of a real run: ``iteration``, ``iteration_time`` and ``straggler_share``.
 
-    The iteration time is the span from the earliest worker's start to the
-    latest worker's end; the straggler share is ``(max_i m_i − min_i m_i) /
+    The iteration time is the span from the previous iteration's end (the
+    first iteration: its earliest worker's start) to its latest worker's end
+    (:meth:`~dlsched.hooks.timeline.Timeline.iteration_spans`); the straggler share is ``(max_i m_i − min_i m_i) /
     max_i m_i`` over the workers' makespans ``m_i`` from that common start.
 
     Examples
