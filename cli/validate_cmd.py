@@ -17,9 +17,9 @@ from .common import POSITIVE_INT, SEED, emit_json, err_console
 @click.option("--orders", default="random,topo,tic,tac", show_default=True,
               help="Orders to run; random is the unordered baseline the throughput ratios divide by.")
 @click.option("--iterations", type=POSITIVE_INT, default=20, show_default=True,
-              help="Measured iterations per order, after the warm-up.")
+              help="Measured iterations per order, after the warm-up (the orders run interleaved in one job).")
 @click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True,
-              help="Iterations run first and dropped.")
+              help="Warm-up iterations per order, run first and dropped.")
 @click.option("--threads", type=POSITIVE_INT, default=1, show_default=True,
               help="Intra-op threads per process, in the cluster and in the profile.")
 @click.option("--network", type=click.Choice(["auto", "netns", "localhost"]), default="auto", show_default=True,

@@ -95,6 +95,19 @@ def test_transfers_follow_the_priority_order():
     _assert_runs_in_order(run.timeline.records, lambda r: r.sent_order[0])
 
 
+def test_rotation_interleaves_orders_per_iteration():
+    from dlsched.hooks.torch_ps import launch_local, order_from_module
+    names = order_from_module(WIDE)
+    rotation = [names, None, names[::-1]]
+    run = launch_local(_cfg(WIDE, names, servers=1, workers=2, iterations=6, batch=2, mode="inference",
+                            rotation=rotation))
+    assert [r.sent_order[0] for r in run.timeline.records if r.iteration % 3 != 1] \
+        == [rotation[r.iteration % 3] for r in run.timeline.records if r.iteration % 3 != 1]
+    unordered = {tuple(r.sent_order[0]) for r in run.timeline.records if r.iteration % 3 == 1}
+    assert len(unordered) > 1 and all(sorted(o) == sorted(names) for o in unordered)
+    _assert_runs_in_order(run.timeline.records, lambda r: r.sent_order[0])
+
+
 def test_inversions_count_pairs_out_of_order():
     assert _inversions(list("abcde"), list("abcde")) == 0
     assert _inversions(list("bacde"), list("abcde")) == 1

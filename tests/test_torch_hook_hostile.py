@@ -300,6 +300,10 @@ def test_example_refuses_a_forged_priority_file(tmp_path):
     ({"ps": {"ghost": 0}}, "ps names 'ghost'"),
     ({"ps": {"conv1.weight": -1}}, r"ps\['conv1.weight'\] must be a server index"),
     ({"model": "no-colon"}, "model must be a factory"),
+    ({"rotation": [["conv1.bias"]]}, r"rotation\[0\] must be a permutation of the order or null"),
+    ({"rotation": [None, ["conv1.bias", 3]]}, r"rotation\[1\] must be a permutation"),
+    ({"rotation": "tac"}, "rotation must be a list of orders"),
+    ({"rotation": [None], "unordered": True}, "rotation and unordered exclude each other"),
 ], ids=lambda v: ",".join(f"{k}={v[k]!r:.14}" for k in v) if isinstance(v, dict) else "why")
 def test_bad_settings_are_refused(kw, needle):
     from dlsched.errors import DlschedError
@@ -309,8 +313,8 @@ def test_bad_settings_are_refused(kw, needle):
         PSConfig(**args)
     assert isinstance(ei.value, DlschedError) and ei.value.exit_code == 2
     assert str(ei.value).startswith("invalid parameter-server configuration: ")
-    scalar = {k: v for k, v in kw.items() if k not in ("model", "order", "ps")}
-    if scalar and "fail_worker" not in scalar:  # the settings alone, as the example checks them first
+    scalar = {k: v for k, v in kw.items() if k not in ("model", "order", "ps", "rotation")}
+    if scalar and "fail_worker" not in scalar and "rotation" not in kw:  # the settings alone, as the example checks them first
         with pytest.raises(PSConfigError, match=needle):
             check_settings(**scalar)
 

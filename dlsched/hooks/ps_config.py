@@ -158,6 +158,10 @@ class PSConfig:
     ``global_batch`` is a whole number ≥ 1 or ``None``, and a ``batch_policy``
     (training only) must be one :func:`~dlsched.hooks.batch_manager.check_policy` accepts;
     ``order`` is a non-empty list of distinct names and ``ps`` only names those.
+    ``rotation``, when not empty, sets the send order per iteration: iteration
+    ``i`` sends in ``rotation[i % len(rotation)]``, each entry a permutation of
+    ``order`` or ``None`` for a fresh random order (as ``unordered``); it runs
+    several orders interleaved in one job, so the machine's drift hits each alike.
 
     Raises
     ------
@@ -177,6 +181,7 @@ class PSConfig:
     momentum: float = 0.0
     window: int = 1
     unordered: bool = False
+    rotation: list = field(default_factory=list)
     seed: int = 0
     timeout: float = 60.0
     device: str = "cpu"
@@ -205,6 +210,16 @@ class PSConfig:
             dup = next((n for n in self.order if n in seen or seen.add(n)), None)
             if dup is not None:
                 problems.append(f"order lists {dup!r} more than once")
+        if not isinstance(self.rotation, list):
+            problems.append(f"rotation must be a list of orders, got {self.rotation!r:.80}")
+        elif isinstance(self.order, list):
+            bad = next((i for i, o in enumerate(self.rotation)
+                        if o is not None and (not isinstance(o, list) or not all(isinstance(n, str) for n in o)
+                                              or sorted(o) != sorted(self.order))), None)
+            if bad is not None:
+                problems.append(f"rotation[{bad}] must be a permutation of the order or null")
+            elif self.rotation and self.unordered:
+                problems.append("rotation and unordered exclude each other (a null entry is an unordered iteration)")
         if not isinstance(self.ps, dict):
             problems.append(f"ps must map parameter names to server indices, got {self.ps!r:.80}")
         else:

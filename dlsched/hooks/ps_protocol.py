@@ -85,10 +85,12 @@ def worker_rank(cfg: PSConfig, worker: int) -> int:
 def send_order(cfg: PSConfig, server: int, worker: int, iteration: int) -> list[str]:
     """The order in which ``server`` sends its parameters to ``worker``.
 
-    The priority order, or with ``cfg.unordered`` a random permutation seeded by
+    The priority order (with ``cfg.rotation``: that iteration's entry), or with
+    ``cfg.unordered`` (a ``None`` entry) a random permutation seeded by
     (seed, server, worker, iteration), so both sides compute the same one.
     """
-    own = [n for n in cfg.order if cfg.server_of(n) == server]
-    if cfg.unordered:
+    order = cfg.rotation[iteration % len(cfg.rotation)] if cfg.rotation else cfg.order
+    own = [n for n in (order or cfg.order) if cfg.server_of(n) == server]
+    if cfg.unordered or order is None:
         random.Random(f"{cfg.seed}/{server}/{worker}/{iteration}").shuffle(own)
     return own

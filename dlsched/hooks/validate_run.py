@@ -11,11 +11,14 @@
    ``latency + bytes / bandwidth`` from ``--measure-network`` over the same
    link (a ``net-peer`` in the server's namespace, the client in a worker's),
    so gloo's per-transfer overhead is in the fitted latency.
-3. **Per order** (``random`` is the unordered baseline; ``topo``, ``tic``,
-   ``tac`` are enforced from :func:`dlsched.analyses.orders.compute_order`
-   with the oracle's times): the real job through
-   :func:`dlsched.hooks.torch_ps.launch_local`, warm-up iterations dropped,
-   then :func:`~dlsched.analyses.multiworker.simulate_workers` of the same
+   The compute level comes from the cluster itself: unscored unordered
+   iterations of the measured job (:func:`run_orders`).
+3. **Every order in one job** (``random`` is the unordered baseline; ``topo``,
+   ``tic``, ``tac`` are enforced from :func:`dlsched.analyses.orders.compute_order`
+   with the profile's times), interleaved one iteration each so that the
+   machine's drift hits each alike: the real job through
+   :func:`dlsched.hooks.torch_ps.launch_local`, warm-up rounds dropped; per
+   order, :func:`~dlsched.analyses.multiworker.simulate_workers` of the same
    configuration under every link model, and every measured iteration replayed
    with the transfer order its servers really sent
    (:func:`~dlsched.analyses.validate.replay_iteration`).
@@ -48,11 +51,9 @@ NETWORKS = ("auto", "netns", "localhost")
 #: Profiled runs per op of the in-situ oracle. A small VM's speed drifts by several percent over seconds;
 #: a profile of 5 runs (2 s) caught such phases and moved the oracle's compute by up to 15%.
 ORACLE_RUNS = 15
-#: Iterations of the calibration job that sets the oracle's compute level: dropped (a job's first steps
-#: are slower: allocation, cold caches), then measured.
-CALIBRATION_WARMUP, CALIBRATION_ITERATIONS = 2, 4
-#: Rounds of steps timed with the link idle and then busy (:func:`overlap_slowdown` takes their median).
-OVERLAP_ROUNDS = 3
+#: Rounds of steps timed with the link idle and then busy (:func:`overlap_slowdown` takes their median),
+#: and the steps timed each way per round.
+OVERLAP_ROUNDS, OVERLAP_STEPS = 3, 12
 
 
 def pick_rate(compute: float, transfer_bytes: float, workers: int, ratio: float = 1.0) -> str:
@@ -327,11 +328,11 @@ class InSituOracle:
     def describe(self) -> dict:
         return {"compute": f"median of {self.runs} profiled runs per op, {self.threads} intra-op thread(s) "
                            "per process (as the cluster runs), beside the other workers computing, scaled by "
-                           f"x{self.scale:.3f} to the compute the cluster's workers spent per step in a "
-                           f"{CALIBRATION_ITERATIONS}-iteration unordered calibration job",
+                           f"x{self.scale:.3f} to the compute the cluster's workers spent per step in the "
+                           "job's unscored unordered iterations (one per round of the interleaved orders)",
                 "compute_beside_transfers": f"x{self.overlap:.3f}: whole steps timed with the link busy at its "
                                             f"rate over steps timed without (median of {OVERLAP_ROUNDS} rounds "
-                                            "of 12 each)",
+                                            f"of {OVERLAP_STEPS} each)",
                 "transfers": "latency + bytes / bandwidth measured with gloo over the cluster's link (bandwidth: "
                              "transfers of 1-16 MB; latency: half a 4 KB round trip)",
                 "compute_per_worker_s": self.compute, "transfer_bytes_per_worker": self.transfer_bytes,
@@ -341,7 +342,7 @@ class InSituOracle:
                                    + ", ".join(f"{f:.3f}" for f in sorted(self.factors))}
 
 
-def step_times(model: str, mode: str, batch: int, threads: int, steps: int = 12) -> list[float]:
+def step_times(model: str, mode: str, batch: int, threads: int, steps: int = OVERLAP_STEPS) -> list[float]:
     """Seconds of whole compute steps of the model (forward; forward and backward in training), after one warm-up."""
     import torch
 
@@ -442,64 +443,77 @@ class OrderRun:
     replayed: dict = field(default_factory=dict)  # sharing -> [iteration time per measured iteration]
 
 
-def _job(model: str, graph, hosts: Hosts, prio: dict | None, guess: float, *, workers: int, servers: int,
+def _job(model: str, graph, hosts: Hosts, rotation: list, guess: float, *, workers: int, servers: int,
          mode: str, batch: int, iterations: int, threads: int, seed: int):
-    """Run the parameter-server job on ``hosts`` under ``prio`` (``None``: unordered); ``guess`` is a
-    predicted iteration time, which sets the timeouts."""
+    """Run the parameter-server job on ``hosts``, iteration ``i`` in send order ``rotation[i % len]``
+    (``None``: unordered); ``guess`` is a generous iteration time, which sets the timeouts."""
     from .torch_ps import PSConfig, launch_local
     recvs = graph.recvs()
-    order = [r.name for r in recvs] if prio is None else sorted(prio, key=lambda n: (prio[n], n))
-    cfg = PSConfig(model=model, order=order, ps={r.name: r.ps for r in recvs}, servers=servers, workers=workers,
-                   iterations=iterations, batch=batch, mode=mode, unordered=prio is None, window=1,
+    cfg = PSConfig(model=model, order=[r.name for r in recvs], ps={r.name: r.ps for r in recvs}, servers=servers,
+                   workers=workers, iterations=iterations, batch=batch, mode=mode, rotation=rotation, window=1,
                    timeout=max(60.0, 20 * guess), lr=0.001, seed=seed, threads=threads)
     return launch_local(cfg, timeout=120 + 10 * guess * iterations, prefixes=hosts.prefixes(), env=hosts.envs(),
                         init_method=hosts.init_method())
 
 
-def calibrate(model: str, graph, oracle: InSituOracle, hosts: Hosts, *, workers: int, servers: int, mode: str,
-              batch: int, threads: int, seed: int = 0) -> None:
-    """Set the oracle's compute level to the cluster's: rescale it to the compute its workers really spend.
+def run_orders(model: str, graph, oracle: InSituOracle, hosts: Hosts, orders: Sequence[str], *, workers: int,
+               servers: int, mode: str, batch: int, iterations: int, warmup: int, threads: int,
+               sharings: Sequence[str], seed: int = 0) -> dict[str, OrderRun]:
+    """Run every order for real in one job, interleaved; set the oracle's compute level from it; simulate each.
 
-    A short unordered job runs (:data:`CALIBRATION_WARMUP` dropped
-    iterations, then :data:`CALIBRATION_ITERATIONS`); the median over its workers and
-    iterations of the time each spent computing (less the waits that blocked
-    it) over the profile's compute per worker is the scale. In the cluster a
-    step runs through the hooks that wait for parameters, on weights just
-    written by the receives, beside a server: on a small VM that was 10-25%
+    The job's iterations go round the slots ``calibration, *orders``, one
+    iteration each (:attr:`~dlsched.hooks.ps_config.PSConfig.rotation`), for
+    ``warmup`` dropped rounds and then ``iterations`` measured ones. Run one
+    after another, the orders met a small VM in different moods: its speed
+    drifted by 10% over minutes, which moved the measured throughput ratios
+    by more than the ±0.05 they are checked to. Interleaved, a drift hits
+    every order alike.
+
+    The ``calibration`` slot is an unordered iteration that is never scored:
+    the median over its workers and iterations of the time each spent
+    computing (less the waits that blocked it), over the profile's compute per
+    worker, rescales the oracle (:meth:`InSituOracle.rescale`). In the cluster
+    a step runs through the hooks that wait for parameters, on weights just
+    written by the receives, beside a server: on a small VM that was 10-50%
     slower than the same step profiled beside a co-runner, and the per-op
-    profile keeps only its shape. The job is separate from the measured runs,
-    and unordered, so its compute mostly follows its transfers.
+    profile keeps only its shape. The enforced orders are computed before, from
+    the profile, as a user computes them from theirs.
     """
-    from dlsched.analyses.validate import busy_compute
-    guess = oracle.compute + oracle.transfer_bytes * workers / oracle.link["bandwidth"]
-    run = _job(model, graph, hosts, None, guess, workers=workers, servers=servers, mode=mode, batch=batch,
-               iterations=CALIBRATION_WARMUP + CALIBRATION_ITERATIONS, threads=threads, seed=seed)
-    oracle.rescale(busy_compute(run.timeline, skip=CALIBRATION_WARMUP) / oracle.compute)
-
-
-def run_order(model: str, graph, oracle: InSituOracle, hosts: Hosts, name: str, *, workers: int, servers: int,
-              mode: str, batch: int, iterations: int, warmup: int, threads: int, sharings: Sequence[str],
-              seed: int = 0) -> OrderRun:
-    """Run order ``name`` for real on ``hosts`` and simulate it; see the module docstring."""
     from dlsched.analyses.orders import compute_order
-    from dlsched.analyses.validate import (measured_iterations, observed_priorities, predict_iterations,
-                                           replay_iteration)
-    prio = None if name == "random" else compute_order(graph, name, oracle.times)
-    predicted = {s: predict_iterations(graph, oracle.times, workers, prio, iterations, s, oracle.factors, seed,
-                                       overlap=oracle.overlap) for s in sharings}
-    guess = max(float(p.per_iteration["iteration_time"].max()) for p in predicted.values())
-    run = _job(model, graph, hosts, prio, guess, workers=workers, servers=servers, mode=mode, batch=batch,
-               iterations=warmup + iterations, threads=threads, seed=seed)
-    measured = measured_iterations(run.timeline, skip=warmup)
-    replayed = {}
-    for s in sharings:
-        spans = []
-        for it in run.timeline.iterations[warmup:]:
-            recs = sorted((r for r in run.timeline.records if r.iteration == it), key=lambda r: r.worker)
-            spans.append(max(replay_iteration(graph, oracle.times, [observed_priorities(r) for r in recs], s,
-                                              overlap=oracle.overlap)))
-        replayed[s] = spans
-    return OrderRun(name, prio, run.timeline, measured, predicted, replayed)
+    from dlsched.analyses.validate import (busy_compute, measured_iterations, observed_priorities,
+                                           predict_iterations, replay_iteration)
+
+    from .timeline import Timeline
+    prios = {name: None if name == "random" else compute_order(graph, name, oracle.times) for name in orders}
+    slots = ["calibration", *orders]
+    rotation = [None if prios.get(s) is None else sorted(prios[s], key=lambda n, p=prios[s]: (p[n], n))
+                for s in slots]
+    guess = 1.5 * (oracle.compute + oracle.transfer_bytes * workers / oracle.link["bandwidth"])
+    run = _job(model, graph, hosts, rotation, guess, workers=workers, servers=servers, mode=mode, batch=batch,
+               iterations=len(slots) * (warmup + iterations), threads=threads, seed=seed)
+    kept = set(run.timeline.iterations[len(slots) * warmup:])
+
+    def slot(name: str) -> Timeline:
+        return Timeline([r for r in run.timeline.records
+                         if r.iteration in kept and slots[r.iteration % len(slots)] == name])
+
+    oracle.rescale(busy_compute(slot("calibration")) / oracle.compute)
+    spans = {m["iteration"]: m for m in measured_iterations(run.timeline)}  # each from the previous slot's end
+    out = {}
+    for name in orders:
+        timeline = slot(name)
+        predicted = {s: predict_iterations(graph, oracle.times, workers, prios[name], iterations, s, oracle.factors,
+                                           seed, overlap=oracle.overlap) for s in sharings}
+        replayed = {}
+        for s in sharings:
+            replayed[s] = []
+            for it in timeline.iterations:
+                recs = sorted((r for r in timeline.records if r.iteration == it), key=lambda r: r.worker)
+                replayed[s].append(max(replay_iteration(graph, oracle.times, [observed_priorities(r) for r in recs],
+                                                        s, overlap=oracle.overlap)))
+        out[name] = OrderRun(name, prios[name], timeline, [spans[it] for it in timeline.iterations], predicted,
+                             replayed)
+    return out
 
 
 @dataclass
@@ -601,16 +615,12 @@ def run_validation(model: str, *, workers: int = 2, servers: int = 1, rate: str 
         oracle.factors = step_factors([t for quiet, _ in pairs for t in quiet])
         oracle.overlap = overlap_slowdown(pairs)
         say(f"compute beside a busy link: x{oracle.overlap:.3f}")
-        say(f"calibration job: unordered, {CALIBRATION_WARMUP} + {CALIBRATION_ITERATIONS} iterations")
-        calibrate(model, graph, oracle, hosts, workers=workers, servers=servers, mode=mode, batch=batch,
-                  threads=threads, seed=seed)
+        say(f"running the orders interleaved, one iteration each in turn after an unscored calibration "
+            f"iteration: {warmup} + {iterations} rounds of {len(orders) + 1}")
+        runs = run_orders(model, graph, oracle, hosts, orders, workers=workers, servers=servers, mode=mode,
+                          batch=batch, iterations=iterations, warmup=warmup, threads=threads, sharings=sharings,
+                          seed=seed)
         say(f"compute per step in the cluster: {oracle.compute:.3f} s (the profile's x{oracle.scale:.3f})")
-        runs = {}
-        for name in orders:
-            say(f"running order {name} ({warmup} + {iterations} iterations)")
-            runs[name] = run_order(model, graph, oracle, hosts, name, workers=workers, servers=servers, mode=mode,
-                                   batch=batch, iterations=iterations, warmup=warmup, threads=threads,
-                                   sharings=sharings, seed=seed)
         host_info = {"kind": hosts.kind, "rate": hosts.rate, "note": hosts.note}
     finally:
         if hosts is not None:
