@@ -342,15 +342,15 @@ class InSituOracle:
                                    + ", ".join(f"{f:.3f}" for f in sorted(self.factors))}
 
 
-def step_times(model: str, mode: str, batch: int, threads: int, steps: int = OVERLAP_STEPS) -> list[float]:
-    """Seconds of whole compute steps of the model (forward; forward and backward in training), after one warm-up."""
+def step_times(module, inputs, mode: str, threads: int, steps: int = OVERLAP_STEPS) -> list[float]:
+    """Seconds of whole compute steps of ``module`` on ``inputs`` (forward; forward and backward in training),
+    after one warm-up."""
     import torch
 
-    from dlsched.factory import call_factory, training_loss
+    from dlsched.factory import training_loss
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        module, inputs, _ = call_factory(model, batch=batch)
         module.train(mode == "training")
         took = []
         for i in range(steps + 1):
@@ -606,12 +606,14 @@ def run_validation(model: str, *, workers: int = 2, servers: int = 1, rate: str 
         say("profiling compute beside the other workers")
         with cluster_load(model, mode, batch, threads, workers):
             oracle = in_situ_oracle(model, graph, link, threads, runs=ORACLE_RUNS)
+            from dlsched.factory import call_factory
+            module, inputs, _ = call_factory(model, batch=batch)
             pairs = []
             for r in range(OVERLAP_ROUNDS):
                 say(f"timing steps with the link idle, then busy ({r + 1}/{OVERLAP_ROUNDS})")
-                quiet = step_times(model, mode, batch, threads)
+                quiet = step_times(module, inputs, mode, threads)
                 with link_stream(hosts):
-                    pairs.append((quiet, step_times(model, mode, batch, threads)))
+                    pairs.append((quiet, step_times(module, inputs, mode, threads)))
         oracle.factors = step_factors([t for quiet, _ in pairs for t in quiet])
         oracle.overlap = overlap_slowdown(pairs)
         say(f"compute beside a busy link: x{oracle.overlap:.3f}")
