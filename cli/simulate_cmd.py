@@ -29,8 +29,10 @@ from .simulate_views import collective_options, print_collectives, print_orders
 @click.option("--time-limit", type=NONNEG_FLOAT, default=None,
               help="--algo exact: seconds to search (then any size is accepted).")
 @click.option("--trace-out", type=click.Path(dir_okay=False), default=None,
-              help="Write the (first iteration's) timeline as Chrome-trace JSON (Perfetto, chrome://tracing).")
-@click.option("--plot", type=click.Path(dir_okay=False), default=None, help="Write a Gantt chart PNG.")
+              help="Write every iteration's timeline as Chrome-trace JSON (Perfetto, chrome://tracing; "
+                   "dlsched bounds --trace rates it).")
+@click.option("--plot", type=click.Path(dir_okay=False), default=None,
+              help="Write a Gantt chart PNG of the first iteration.")
 @click.option("--color-by", type=click.Choice(["priority", "kind"]), default="priority", show_default=True,
               help="Gantt colours: transfers by priority rank, or every op by kind.")
 @click.option("--compare", default=None, help="Orders to compare side by side, e.g. tic,tac,random,topo.")
@@ -100,7 +102,9 @@ def simulate(oracle, default_time, rescale_batch, priority_path, algo, workers, 
     if plot:
         from dlsched.exporters.gantt import plot_gantt
 
-        plot_gantt(report.run.timeline, plot, model=graph.name, order=out["algorithm"],
+        tl = report.run.timeline
+        first = tl[tl["iteration"] == tl["iteration"].min()] if "iteration" in tl.columns else tl
+        plot_gantt(first, plot, model=graph.name, order=out["algorithm"],
                    makespan=report.run.first_makespan, efficiency=report.first_efficiency, color_by=color_by)
         out["plot"] = plot
     if as_json:

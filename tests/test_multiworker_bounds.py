@@ -145,30 +145,35 @@ def test_a_trace_rated_gives_the_simulators_own_figures(tmp_path, sharing):
 
 
 def test_bounds_trace_round_trip_through_the_cli(tmp_path):
-    """simulate --trace-out, then bounds --trace (no MODEL): the simulator's makespans, E and straggler share."""
+    """simulate --trace-out, then bounds --trace (no MODEL): the simulator's makespans, E and straggler share,
+    iteration by iteration."""
     from tests.test_simulate_cli import _save
 
     g, t = random_dag(30, 8, training=True, ps=2, seed=3)
     dag, oracle = _save(tmp_path, "net", g, t)
     trace = tmp_path / "t.json"
-    sim = run_cli("simulate", dag, "--oracle", oracle, "--workers", "4", "--sharing", "fair", "--trace-out", trace,
-                  "--json")
+    sim = run_cli("simulate", dag, "--oracle", oracle, "--workers", "4", "--iterations", "3", "--sharing", "fair",
+                  "--trace-out", trace, "--json")
     assert sim.returncode == 0, sim.stderr
     sim = json.loads(sim.stdout)
     proc = run_cli("bounds", "--trace", trace, "--json")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    first = sim["per_iteration"][0]
-    it = out["per_iteration"][0]
-    assert it["iteration_time"] == pytest.approx(first["iteration_time"], abs=1e-8)
-    assert it["efficiency"] == pytest.approx(first["efficiency"], abs=1e-6)
-    assert it["straggler_share"] == pytest.approx(first["straggler_share"], abs=1e-6)
-    assert [w["makespan"] for w in out["per_worker"]] == pytest.approx(first["makespans"], abs=1e-8)
-    assert [w["efficiency"] for w in out["per_worker"]] == pytest.approx(first["efficiencies"], abs=1e-6)
+    assert len(out["per_iteration"]) == len(sim["per_iteration"]) == 3
+    for it, want in zip(out["per_iteration"], sim["per_iteration"]):
+        assert it["iteration_time"] == pytest.approx(want["iteration_time"], abs=1e-8)
+        assert it["efficiency"] == pytest.approx(want["efficiency"], abs=1e-6)
+        assert it["straggler_share"] == pytest.approx(want["straggler_share"], abs=1e-6)
+    rows = sorted(out["per_worker"], key=lambda r: (r["iteration"], r["worker"]))
+    assert [r["makespan"] for r in rows] == pytest.approx(
+        [m for want in sim["per_iteration"] for m in want["makespans"]], abs=1e-8)
+    assert [r["efficiency"] for r in rows] == pytest.approx(
+        [e for want in sim["per_iteration"] for e in want["efficiencies"]], abs=1e-6)
     text = run_cli("bounds", "--trace", trace)
     assert text.returncode == 0 and "per worker" in text.stdout and "E_W" in text.stdout
     with_model = json.loads(run_cli("bounds", dag, "--oracle", oracle, "--trace", trace, "--json").stdout)
-    assert with_model["trace"]["predicted_efficiency"]["mean"] == pytest.approx(first["efficiency"], abs=1e-6)
+    assert with_model["trace"]["predicted_efficiency"]["mean"] == pytest.approx(
+        sum(i["efficiency"] for i in sim["per_iteration"]) / 3, abs=1e-6)
 
 
 def test_bounds_trace_refuses_what_it_cannot_rate(tmp_path):

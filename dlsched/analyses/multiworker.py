@@ -85,8 +85,9 @@ class MultiWorkerResult:
         (:func:`~dlsched.analyses.multiworker_bounds.multiworker_bounds`;
         TicTac §3.2's ``U``, ``L`` for one).
     timeline : pandas.DataFrame
-        The first iteration's ops: ``worker``, ``op``, ``kind``, ``resource``,
-        ``start``, ``end``, ``priority`` (for trace and Gantt exports).
+        Every iteration's ops: ``worker``, ``iteration``, ``op``, ``kind``,
+        ``resource``, ``start``, ``end`` (from the run's start: iteration ``k``
+        starts when ``k − 1`` ended), ``priority`` (for trace and Gantt exports).
     """
 
     per_worker: object
@@ -328,7 +329,8 @@ def simulate_workers(graph: Graph, times: Mapping[str, float], workers: int = 2,
     sharing : {"serial", "fair"}
         How workers share a server link; see the module docstring.
     keep_timeline : bool
-        Keep the first iteration's per-op timeline (for exports).
+        Keep every iteration's per-op timeline (for exports), each iteration
+        starting when the previous one ended.
     progress : callable, optional
         ``progress(done, total)`` in op-steps (one op of one worker in one
         iteration; ``total = ops × workers × iterations``), during and after
@@ -380,7 +382,7 @@ def simulate_workers(graph: Graph, times: Mapping[str, float], workers: int = 2,
     enforced = priorities is not None
     fixed_rank = transfer_ranks(sg, priorities, seed, "canonical") if enforced else None
     rows, its = [], []
-    timeline = None
+    frames, offset = [], 0.0  # an iteration starts when the previous one ended (lock-step)
     per_iteration = workers * sg.n
     total = per_iteration * iterations
     for it in range(iterations):
@@ -406,16 +408,17 @@ def simulate_workers(graph: Graph, times: Mapping[str, float], workers: int = 2,
             r["iteration_time"] = row["iteration_time"]
         rows += worker_rows
         its.append(row)
-        if it == 0 and keep_timeline:
-            frames = []
+        if keep_timeline:
             for w in range(workers):
                 p = priorities if enforced else {sg.names[i]: ranks[w][i] for i in sg.recv_ids}
                 frames.append(pd.DataFrame({
-                    "worker": w, "op": sg.names, "kind": sg.kinds,
+                    "worker": w, "iteration": it, "op": sg.names, "kind": sg.kinds,
                     "resource": [sg.resources[k] for k in sg.res],
-                    "start": start[w], "end": end[w],
+                    "start": np.asarray(start[w], dtype=float) + offset,
+                    "end": np.asarray(end[w], dtype=float) + offset,
                     "priority": [p.get(nm, np.nan) for nm in sg.names]}))
-            timeline = pd.concat(frames, ignore_index=True)
+        offset += row["iteration_time"]
+    timeline = pd.concat(frames, ignore_index=True) if frames else None
     return MultiWorkerResult(pd.DataFrame(rows, columns=PER_WORKER + ["iteration_time"]),
                              pd.DataFrame(its, columns=PER_ITERATION), upper, lower, workers, iterations, sharing,
                              enforced, timeline)
