@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import click
 
-from .common import POSITIVE_INT, SEED, emit_json, err_console
+from dlsched import limits
+
+from .common import POSITIVE_INT, SEED, emit_json, err_console, max_work_option
 
 
 @click.command()
@@ -31,9 +33,10 @@ from .common import POSITIVE_INT, SEED, emit_json, err_console
               help="Folder for each order's measured Chrome trace (ORDER.trace.json; dlsched bounds --trace).")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
               help="PNG of predicted against measured, with the replayed-order fit (TicTac Fig. 12a).")
+@max_work_option(limits.CLUSTER)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 def validate(model, mode, batch, workers, servers, rate, orders, iterations, warmup, threads, network, sharing,
-             seed, trace_out, plot, as_json):
+             seed, trace_out, plot, max_work, as_json):
     """Run MODEL on a real parameter-server cluster under each order and compare with the simulator (DESIGN §4.7).
 
     As root the ranks run in network namespaces with the server's link shaped
@@ -50,7 +53,8 @@ def validate(model, mode, batch, workers, servers, rate, orders, iterations, war
     say = (lambda line: err_console.print(f"[dim]validate:[/] {line}")) if not as_json else (lambda line: None)
     v = run_validation(model, workers=workers, servers=servers, rate=rate, mode=mode,
                        orders=tuple(o.strip() for o in orders.split(",") if o.strip()), iterations=iterations,
-                       warmup=warmup, batch=batch, threads=threads, network=network, seed=seed, say=say)
+                       warmup=warmup, batch=batch, threads=threads, network=network, seed=seed, max_work=max_work,
+                       say=say)
     out = validation_outputs(v, sharing, trace_out=trace_out, plot=plot)
     if as_json:
         emit_json(out)

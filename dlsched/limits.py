@@ -85,6 +85,11 @@ PLAN_BATCH = Budget("candidate batch sizes", 10_000_000, "--global-batch or the 
 #: Scaling tables: rendering one row costs ~0.3 ms, so 5,000 rows stay under ~2 s.
 CLUSTER_TABLE = Budget("table rows", 5_000, "--max-devices or --target-speedup")
 
+#: ``validate``: real iterations on the cluster, every order's plus one calibration slot per round
+#: (:func:`cluster_work`). One takes 0.1-2 s on the benchmark's models, so 2,000 are up to an hour
+#: (``benchmarks/bench_validate.py``: 110 per repeat).
+CLUSTER = Budget("real iterations", 2_000, "--iterations, --warmup or --orders")
+
 
 @dataclass(frozen=True)
 class Work:
@@ -142,6 +147,20 @@ def profile_work(compute_ops: int | None, runs: int, warmup: int) -> Work:
     what = f"{_n(compute_ops)} compute ops" if compute_ops is not None else "the model's compute ops"
     return Work(ops * (runs + warmup), f"{what} × ({_n(runs)} runs + {_n(warmup)} warm-up)",
                 at_least=compute_ops is None)
+
+
+def cluster_work(orders: int, iterations: int, warmup: int) -> Work:
+    """Real iterations of ``validate``'s interleaved job (:data:`CLUSTER`): a calibration slot and every
+    order, for the warm-up rounds and the measured ones.
+
+    Examples
+    --------
+    >>> cluster_work(4, 20, 2).amount
+    110
+    """
+    return Work((orders + 1) * (iterations + warmup),
+                f"({_plural(orders, 'order')} + 1 calibration slot) × ({_n(iterations)} measured + {_n(warmup)} "
+                "warm-up rounds)")
 
 
 def exact_work(channels: Iterable[Sequence]) -> Work:

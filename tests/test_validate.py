@@ -82,6 +82,8 @@ def test_small_figures():
     (["--orders", "random,bogus"], "--orders"),
     (["--rate", "fast", "--orders", "tac,tac"], "--orders"),
     (["--rate", "fast"], "--rate"),
+    (["--iterations", "1000000000"], "validate would take about 5,000,000,015 real iterations"),
+    (["--iterations", "400", "--max-work", "1000"], "above the limit of 1,000 set by --max-work"),
 ])
 def test_bad_input_exits_2_before_any_process(args, phrase):
     assert_clean_error(run_cli("validate", SMALL, *args, timeout=120), phrase)

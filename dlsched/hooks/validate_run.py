@@ -536,7 +536,8 @@ class Validation:
 def run_validation(model: str, *, workers: int = 2, servers: int = 1, rate: str | None = "auto",
                    mode: str = "inference", orders: Sequence[str] = ORDERS, iterations: int = 20, warmup: int = 3,
                    batch: int = 8, threads: int = 1, network: str = "auto", sharings: Sequence[str] | None = None,
-                   seed: int = 0, say: Callable[[str], None] = lambda s: None) -> Validation:
+                   seed: int = 0, max_work: int | None = None,
+                   say: Callable[[str], None] = lambda s: None) -> Validation:
     """Run ``model`` on a real parameter-server cluster under each order and simulate each (DESIGN §4.7).
 
     Parameters
@@ -556,14 +557,17 @@ def run_validation(model: str, *, workers: int = 2, servers: int = 1, rate: str 
     sharings : sequence of str, optional
         Link models to predict with (default: all of
         :data:`~dlsched.analyses.links.LINK_POLICIES`).
+    max_work : int, optional
+        Most real iterations accepted (default :data:`dlsched.limits.CLUSTER`).
     say : callable
         Hears one line per step (progress).
 
     Raises
     ------
     DlschedError
-        Bad settings (before any process starts), a model that is not a
-        PyTorch factory, a failed measurement or a failed rank.
+        Bad settings or too many iterations (before any process starts), a
+        model that is not a PyTorch factory, a failed measurement or a failed
+        rank.
     """
     from dlsched.analyses.links import LINK_POLICIES
     from dlsched.loader import detect_format, load_model
@@ -581,6 +585,8 @@ def run_validation(model: str, *, workers: int = 2, servers: int = 1, rate: str 
         raise DlschedError(f"--warmup must be a whole number ≥ 0, got {warmup!r}")
     check_settings(workers=workers, servers=servers, iterations=iterations, batch=batch, threads=threads,
                    mode=mode, seed=seed)
+    from dlsched import limits
+    limits.check_work(limits.cluster_work(len(orders), iterations, warmup), limits.CLUSTER, "validate", max_work)
     if rate not in (None, "auto"):
         netns.tc_rate_bytes(rate)
     if detect_format(model) != "torch":
