@@ -99,6 +99,8 @@ def simulate(oracle, default_time, rescale_batch, priority_path, algo, workers, 
                            metadata={"algorithm": out["algorithm"], "makespan_s": out["makespan"],
                                      "efficiency": out["efficiency"], "workers": workers})
         out["trace"] = trace_out
+        if "iteration" in report.run.timeline.columns:
+            out["trace_iterations"] = int(report.run.timeline["iteration"].nunique())
     if plot:
         from dlsched.exporters.gantt import plot_gantt
 

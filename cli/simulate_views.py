@@ -102,4 +102,8 @@ def print_orders(out: dict, report) -> None:
                       "all workers sharing the links (DESIGN §4.6).")
     for key, what in (("trace", "Chrome trace"), ("plot", "Gantt chart")):
         if key in out:
-            console.print(f"wrote {what} to [bold]{out[key]}[/]")
+            from dlsched.analyses.multiworker import TIMELINE_ROWS
+            kept = out.get("trace_iterations") if key == "trace" else None
+            some = f" (the first {kept} of {out['iterations']} iterations: the trace keeps at most " \
+                   f"{TIMELINE_ROWS:,} ops)" if kept is not None and kept < out.get("iterations", kept) else ""
+            console.print(f"wrote {what} to [bold]{out[key]}[/]{some}")

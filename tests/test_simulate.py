@@ -342,6 +342,23 @@ def test_gantt_of_a_large_multiworker_timeline(tmp_path):
     assert (tmp_path / "big.png").stat().st_size > 10_000
 
 
+def test_timeline_keeps_whole_iterations_end_to_end(monkeypatch):
+    import dlsched.analyses.multiworker as mw
+
+    g, t = random_dag(30, 8, training=True, ps=2, seed=2)
+    r = simulate_workers(g, t, workers=3, iterations=4, seed=1, sharing="fair")
+    tl, times = r.timeline, r.per_iteration["iteration_time"].tolist()
+    assert sorted(tl["iteration"].unique()) == [0, 1, 2, 3] and len(tl) == 4 * 3 * len(g)
+    for it in range(4):  # iteration k starts where k − 1 ended and lasts its iteration time
+        ops = tl[tl["iteration"] == it]
+        assert ops["start"].min() >= sum(times[:it]) - 1e-12
+        assert ops["end"].max() == pytest.approx(sum(times[:it + 1]), abs=1e-9)
+    monkeypatch.setattr(mw, "TIMELINE_ROWS", 2 * 3 * len(g) + 1)  # room for two whole iterations
+    assert sorted(simulate_workers(g, t, workers=3, iterations=4, seed=1).timeline["iteration"].unique()) == [0, 1]
+    monkeypatch.setattr(mw, "TIMELINE_ROWS", 1)  # the first is always kept
+    assert simulate_workers(g, t, workers=3, iterations=4, seed=1).timeline["iteration"].unique().tolist() == [0]
+
+
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(graphs, st.integers(0, 1000))
 def test_zero_time_ops_match_the_reference(gt, seed):

@@ -85,7 +85,7 @@ class MultiWorkerResult:
         (:func:`~dlsched.analyses.multiworker_bounds.multiworker_bounds`;
         TicTac §3.2's ``U``, ``L`` for one).
     timeline : pandas.DataFrame
-        Every iteration's ops: ``worker``, ``iteration``, ``op``, ``kind``,
+        Every iteration's ops (up to :data:`TIMELINE_ROWS`): ``worker``, ``iteration``, ``op``, ``kind``,
         ``resource``, ``start``, ``end`` (from the run's start: iteration ``k``
         starts when ``k − 1`` ended), ``priority`` (for trace and Gantt exports).
     """
@@ -128,6 +128,9 @@ class MultiWorkerResult:
 
 #: Completed op-steps between two progress reports (a report costs far more than an op-step).
 PROGRESS_EVERY = 16_384
+#: Most timeline rows kept (one per op of a worker in an iteration): whole iterations up to this, at
+#: least the first. A Chrome trace takes ~150 B per row, so about 150 MB; the work budget allows 10 M.
+TIMELINE_ROWS = 1_000_000
 
 _DONE = -1.0  # due time of a finished op: no event time equals it
 
@@ -329,8 +332,9 @@ def simulate_workers(graph: Graph, times: Mapping[str, float], workers: int = 2,
     sharing : {"serial", "fair"}
         How workers share a server link; see the module docstring.
     keep_timeline : bool
-        Keep every iteration's per-op timeline (for exports), each iteration
-        starting when the previous one ended.
+        Keep the iterations' per-op timeline (for exports), each iteration
+        starting when the previous one ended: every iteration, or as many
+        whole ones as :data:`TIMELINE_ROWS` holds.
     progress : callable, optional
         ``progress(done, total)`` in op-steps (one op of one worker in one
         iteration; ``total = ops × workers × iterations``), during and after
@@ -408,7 +412,7 @@ def simulate_workers(graph: Graph, times: Mapping[str, float], workers: int = 2,
             r["iteration_time"] = row["iteration_time"]
         rows += worker_rows
         its.append(row)
-        if keep_timeline:
+        if keep_timeline and (it == 0 or (it + 1) * per_iteration <= TIMELINE_ROWS):
             for w in range(workers):
                 p = priorities if enforced else {sg.names[i]: ranks[w][i] for i in sg.recv_ids}
                 frames.append(pd.DataFrame({
