@@ -5,15 +5,15 @@ training; 1 server, 2 workers, network namespaces with a tc-shaped server
 link) the tool picks the link rate itself: ``--rate auto`` makes the link's
 load equal a worker's compute, where ``dlsched bounds`` gives the largest
 ``S`` (≥ 0.5 is where ordering matters). Every configuration runs all four
-orders (random, topo, TIC, TAC) with 20 measured iterations after 2 warm-up
-ones, interleaved in one job (one iteration each in turn, with an unscored
+orders (random, topo, TIC, TAC) with 40 measured iterations after 2 warm-up
+ones (20 left the mean of an order ±3% on this VM, about ±0.05 on a ratio), interleaved in one job (one iteration each in turn, with an unscored
 unordered one per round that sets the oracle's compute level), 3 times at that rate; the report gives the median of the 3 and their
 spread (min–max) for every figure, for every link model of the simulator.
 A comm-bound (link load 4× the compute) and a compute-bound (¼) rate run
 random and TAC once per configuration (``--regimes``).
 
 TicTac Fig. 12a: every measured iteration of a configuration (3 runs × 4
-orders × 20, unordered and enforced mixed) is rated by replaying the transfer
+orders × 40, unordered and enforced mixed) is rated by replaying the transfer
 order its servers really sent through the simulator with the in-situ oracle;
 the normalised measured step time (over the run's fastest iteration) is
 fitted on that ``E``; the report gives R² (TicTac: 0.98; target ≥ 0.9).
@@ -47,7 +47,7 @@ MODELS = {"vgg_mid": "benchmarks/enforcement/models.py:vgg_mid", "transformer": 
 BATCH = {("vgg_mid", "inference"): 128, ("vgg_mid", "training"): 48, ("transformer", "inference"): 64,
          ("transformer", "training"): 24}
 PARTS = [f"{m}/{mode}" for m in MODELS for mode in ("inference", "training")]
-ITERATIONS, WARMUP, REPEATS = 20, 2, 3
+ITERATIONS, WARMUP, REPEATS = 40, 2, 3
 SHARINGS = ("serial", "fair")
 
 
