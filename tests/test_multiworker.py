@@ -5,7 +5,9 @@ before its loop was rewritten around link-sharing policies (issue 14, item 7):
 the rewrite must reproduce it bit for bit. Regenerate it only for an intended
 change of the model, with ``python -m tests.test_multiworker --record``.
 (Issue 11 re-recorded the efficiencies alone — multi-worker bounds, the
-workers' own E, model errors — with every time and order unchanged.)
+workers' own E, model errors — with every time and order unchanged; then the
+timelines alone, once they kept every iteration rather than the first, whose
+rows were checked to match the old digests.)
 """
 from __future__ import annotations
 
