@@ -11,8 +11,8 @@
    ``latency + bytes / bandwidth`` from ``--measure-network`` over the same
    link (a ``net-peer`` in the server's namespace, the client in a worker's),
    so gloo's per-transfer overhead is in the fitted latency.
-   The compute level comes from the cluster itself: unscored unordered
-   iterations of the measured job (:func:`run_orders`).
+   The compute level and its step-to-step variation come from the cluster
+   itself: unscored unordered iterations of the measured job (:func:`run_orders`).
 3. **Every order in one job** (``random`` is the unordered baseline; ``topo``,
    ``tic``, ``tac`` are enforced from :func:`dlsched.analyses.orders.compute_order`
    with the profile's times), interleaved one iteration each so that the
@@ -474,15 +474,14 @@ def run_orders(model: str, graph, oracle: InSituOracle, hosts: Hosts, orders: Se
     computing (less the waits that blocked it), over the profile's compute per
     worker, rescales the oracle (:meth:`InSituOracle.rescale`), and each of
     those times over their median is a step factor (:func:`step_factors`):
-    how much a worker's step varies in the cluster. Steps timed in a separate
-    process varied less: the predicted straggler share of enforced orders
-    came out 0.03 where the cluster showed 0.10-0.14, and their predicted
-    iteration time 6-11% short. In the cluster
-    a step runs through the hooks that wait for parameters, on weights just
-    written by the receives, beside a server: on a small VM that was 10-50%
-    slower than the same step profiled beside a co-runner, and the per-op
-    profile keeps only its shape. The enforced orders are computed before, from
-    the profile, as a user computes them from theirs.
+    how much a worker's step varies in the cluster. In the cluster a step runs
+    through the hooks that wait for parameters, on weights just written by the
+    receives, beside a server: on a small VM its level was ×0.75 to ×1.48 that
+    of the same step profiled beside a co-runner (mostly ×1.1 to ×1.3), so the
+    per-op profile keeps only its shape; and steps timed in a separate process
+    varied less than the cluster's (enforced orders' predicted straggler share
+    0.03 against 0.10-0.14 measured). The enforced orders are computed before
+    the job, from the profile, as a user computes them from theirs.
     """
     from dlsched.analyses.orders import compute_order
     from dlsched.analyses.validate import (busy_computes, measured_iterations, observed_priorities,
