@@ -100,10 +100,10 @@ def print_orders(out: dict, report) -> None:
         console.print("— (+t): the worker sat idle while its transfers queued behind other workers' on a serial "
                       "link, t longer than its own bounds count (a model error); E is rated against the bounds of "
                       "all workers sharing the links (DESIGN §4.6).")
+    from dlsched.analyses.multiworker import TIMELINE_ROWS
     for key, what in (("trace", "Chrome trace"), ("plot", "Gantt chart")):
         if key in out:
-            from dlsched.analyses.multiworker import TIMELINE_ROWS
             kept = out.get("trace_iterations") if key == "trace" else None
             some = f" (the first {kept} of {out['iterations']} iterations: the trace keeps at most " \
-                   f"{TIMELINE_ROWS:,} ops)" if kept is not None and kept < out.get("iterations", kept) else ""
+                   f"{TIMELINE_ROWS:,} ops)" if kept is not None and kept < out["iterations"] else ""
             console.print(f"wrote {what} to [bold]{out[key]}[/]{some}")

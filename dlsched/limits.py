@@ -87,7 +87,7 @@ CLUSTER_TABLE = Budget("table rows", 5_000, "--max-devices or --target-speedup")
 
 #: ``validate``: real iterations on the cluster, every order's plus one calibration slot per round
 #: (:func:`cluster_work`). One takes 0.1-2 s on the benchmark's models, so 2,000 are up to an hour
-#: (``benchmarks/bench_validate.py``: 110 per repeat).
+#: (``benchmarks/bench_validate.py``: (4 + 1) × (40 + 2) = 210 per repeat).
 CLUSTER = Budget("real iterations", 2_000, "--iterations, --warmup or --orders")
 
 

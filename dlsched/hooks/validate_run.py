@@ -510,13 +510,11 @@ def run_orders(model: str, graph, oracle: InSituOracle, hosts: Hosts, orders: Se
         timeline = slot(name)
         predicted = {s: predict_iterations(graph, oracle.times, workers, prios[name], iterations, s, oracle.factors,
                                            seed, overlap=oracle.overlap) for s in sharings}
-        replayed = {}
-        for s in sharings:
-            replayed[s] = []
-            for it in timeline.iterations:
-                recs = sorted((r for r in timeline.records if r.iteration == it), key=lambda r: r.worker)
-                replayed[s].append(max(replay_iteration(graph, oracle.times, [observed_priorities(r) for r in recs],
-                                                        s, overlap=oracle.overlap)))
+        sent = {}  # iteration -> the order each worker's servers sent, by worker
+        for r in sorted(timeline.records, key=lambda r: r.worker):
+            sent.setdefault(r.iteration, []).append(observed_priorities(r))
+        replayed = {s: [max(replay_iteration(graph, oracle.times, sent[it], s, overlap=oracle.overlap))
+                        for it in timeline.iterations] for s in sharings}
         out[name] = OrderRun(name, prios[name], timeline, [spans[it] for it in timeline.iterations], predicted,
                              replayed)
     return out
