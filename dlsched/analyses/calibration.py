@@ -1,0 +1,137 @@
+"""The cluster's own compute speed, fitted on its unscored calibration iterations (DESIGN §4.7).
+
+``dlsched validate`` profiles every op for the shape of a step, but on a small
+machine the level of a step, how much it slows beside the link's traffic and
+how much it varies come from the cluster itself. Each round of the measured
+job holds two unscored calibration iterations: one unordered, one in TIC
+order. In the unordered one a worker computes mostly after its last parameter
+arrived; in the TIC one about half its step runs while its transfers are still
+in flight. :func:`compute_split` cuts each worker's busy time into the part
+beside its own transfers and the rest and :func:`calibrate_compute` fits level, slow-down and step-to-step
+variation to those pairs.
+
+Examples
+--------
+>>> c = calibrate_compute([(0.0, 1.0), (0.6, 0.5), (0.0, 1.1), (0.66, 0.55), (0.3, 0.75)], profile=1.0)
+>>> round(c.overlap, 3), round(c.level, 3), c.identified
+(1.2, 1.0, True)
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+#: Least spread (standard deviation) of the compute before the last arrival, as a share of the
+#: profile's step, from which the slow-down beside transfers is fitted; below it the
+#: calibration iterations hardly computed beside transfers and it stays 1.
+MIN_SPREAD = 0.05
+#: Largest slow-down fitted (the search's bound), and the steps of ``1/f`` it searches in.
+MAX_OVERLAP, GRID = 4.0, 3001
+
+
+@dataclass
+class ComputeCalibration:
+    """What the calibration iterations say about the cluster's compute.
+
+    ``level``: the step computed with the link quiet, over the profile's step;
+    ``overlap``: how many times slower compute runs while the worker's own
+    transfers are in flight (at least 1); ``factors``: each record's quiet
+    step over their median (step-to-step variation); ``identified``: whether
+    ``overlap`` was fitted (else the records computed too little beside their
+    transfers and it is 1).
+    """
+
+    level: float
+    overlap: float
+    factors: list = field(default_factory=list)
+    records: int = 0
+    identified: bool = False
+
+
+def compute_split(record) -> tuple[float, float]:
+    """Seconds one worker computed in one iteration beside its own transfers, and with its link quiet.
+
+    Busy time is compute start to end less the waits that blocked it
+    (:func:`~dlsched.hooks.timeline.compute_spans`); the worker's transfers are
+    in flight from the iteration's start to its last parameter's arrival and
+    during each gradient's send, as in the simulator
+    (:func:`~dlsched.analyses.multiworker._run_workers`).
+
+    Examples
+    --------
+    >>> from dlsched.hooks.timeline import IterationRecord
+    >>> r = IterationRecord(0, 0, 0.0, 0.1, 1.0, arrivals={"a": 0.1, "b": 0.6}, compute_end=0.9,
+    ...                     stalls=[[0.3, 0.4]], grad_sends={"a": [0.8, 0.85]})
+    >>> tuple(round(x, 3) for x in compute_split(r))
+    (0.45, 0.25)
+    """
+    from dlsched.hooks.timeline import compute_spans
+    busy = [(record.start, record.last_arrival if record.arrivals else record.start)]
+    busy += sorted((a, b) for a, b in record.grad_sends.values())
+    merged: list[list[float]] = []
+    for a, b in sorted(busy):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    spans = compute_spans(record)
+    total = sum(b - a for a, b in spans)
+    beside = sum(max(0.0, min(b, y) - max(a, x)) for a, b in spans for x, y in merged)
+    return beside, total - beside
+
+
+def calibrate_compute(splits: Sequence[tuple[float, float]], profile: float) -> ComputeCalibration:
+    """Fit the cluster's compute level ``c``, slow-down beside transfers ``f`` and step factors ``n_i``.
+
+    Record ``i`` (one worker, one iteration) computed ``X_i`` profiled
+    seconds of its step ``P`` beside its transfers and the rest after its last
+    arrival, at its own speed ``n_i`` (noise around 1)::
+
+        B_i = n_i·c·f·X_i          (before the last arrival)
+        A_i = n_i·c·(P − X_i)      (after it)
+        ⇒  A_i + B_i / f = n_i·c·P
+
+    ``X_i`` differs from record to record (little in unordered iterations,
+    about half the step under TIC), so ``1/f`` is the ``k`` that makes the
+    quiet-equivalent steps ``q_i = A_i + k·B_i`` vary least: at the true
+    ``k``, ``log q_i = log n_i + log c·P`` and any other ``k`` adds the spread
+    of the ``X_i``. The variance is taken of ``log q``, not ``q``: ``n_i``
+    scales ``A_i`` and ``B_i`` alike, which biases a least-squares line of ``A``
+    on ``B`` towards a larger ``f``. Then ``c = median(q)/P`` and
+    ``n_i = q_i / median(q)``. ``f`` lies in ``[1, MAX_OVERLAP]`` (noise that
+    makes busy compute faster is not a speed-up) and stays 1 when the ``B_i``
+    spread by less than :data:`MIN_SPREAD` of ``P``: there is nothing to fit.
+
+    Parameters
+    ----------
+    splits : sequence of (float, float)
+        ``(B_i, A_i)`` per record (:func:`compute_split`).
+    profile : float
+        The profile's compute per step, ``P`` (seconds).
+
+    Examples
+    --------
+    Steps of 1 s quiet that run 1.25× slower beside transfers, at speeds 1 and 1.1:
+
+    >>> c = calibrate_compute([(0.0, 1.0), (0.625, 0.5), (0.0, 1.1), (0.6875, 0.55)], profile=0.5)
+    >>> round(c.overlap, 3), round(c.level, 3), [round(n, 3) for n in c.factors]
+    (1.25, 2.1, [0.952, 0.952, 1.048, 1.048])
+
+    Unordered iterations alone barely compute beside transfers: nothing to fit.
+
+    >>> calibrate_compute([(0.0, 1.0), (0.01, 1.0), (0.0, 1.1)], profile=1.0).identified
+    False
+    """
+    b, a = (np.asarray(v, dtype=float) for v in zip(*splits))
+    identified = bool(b.size >= 3 and b.std() >= MIN_SPREAD * profile and ((a + b) > 0).all())
+    k = 1.0
+    if identified:
+        ks = np.linspace(1.0 / MAX_OVERLAP, 1.0, GRID)
+        k = float(ks[np.argmin(np.log(a[None, :] + ks[:, None] * b[None, :]).var(axis=1))])
+    q = a + k * b
+    mid = float(statistics.median(q.tolist()))
+    return ComputeCalibration(level=mid / profile, overlap=1.0 / k, factors=(q / mid).tolist(), records=int(b.size),
+                              identified=identified)

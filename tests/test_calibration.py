@@ -1,0 +1,70 @@
+"""The cluster's compute calibration (``dlsched.analyses.calibration``): property-based over random records."""
+import statistics
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dlsched.analyses.calibration import MAX_OVERLAP, calibrate_compute, compute_split
+from dlsched.hooks.timeline import IterationRecord, compute_spans
+
+positive = st.floats(0.01, 10.0, allow_nan=False)
+split = st.tuples(st.floats(0.0, 5.0), st.floats(0.001, 5.0))
+
+
+def synthetic(level, overlap, profile, shares, speeds):
+    """Records of the calibration's model: share ``x`` of the step beside transfers, at speed ``n``."""
+    return [(n * level * overlap * x * profile, n * level * (1 - x) * profile) for x, n in zip(shares, speeds)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(level=st.floats(0.3, 3.0), overlap=st.floats(1.0, MAX_OVERLAP), profile=positive,
+       shares=st.lists(st.floats(0.0, 0.9), min_size=4, max_size=40).filter(lambda s: statistics.pstdev(s) > 0.1))
+def test_noise_free_records_give_back_level_and_overlap(level, overlap, profile, shares):
+    c = calibrate_compute(synthetic(level, overlap, profile, shares, [1.0] * len(shares)), profile)
+    assert c.identified
+    assert c.overlap == pytest.approx(overlap, rel=2e-3)
+    assert c.level == pytest.approx(level, rel=2e-3)
+    assert all(f == pytest.approx(1.0, rel=2e-3) for f in c.factors)
+
+
+@settings(max_examples=200, deadline=None)
+@given(splits=st.lists(split, min_size=1, max_size=60), profile=positive, data=st.data())
+def test_bounds_factors_and_order_do_not_matter(splits, profile, data):
+    c = calibrate_compute(splits, profile)
+    assert 1.0 <= c.overlap <= MAX_OVERLAP + 1e-9
+    assert len(c.factors) == c.records == len(splits)
+    assert statistics.median(c.factors) == pytest.approx(1.0)
+    assert c.level > 0
+    shuffled = data.draw(st.permutations(splits))
+    again = calibrate_compute(shuffled, profile)
+    assert (again.overlap, again.identified) == (c.overlap, c.identified)
+    assert again.level == pytest.approx(c.level)
+    if not c.identified:
+        assert c.overlap == 1.0
+        assert c.level == pytest.approx(statistics.median(a + b for b, a in splits) / profile)
+
+
+def test_unordered_iterations_alone_fit_nothing():
+    """Records that computed beside transfers by under MIN_SPREAD of the step: the slow-down stays 1."""
+    c = calibrate_compute([(0.0, 1.0), (0.02, 1.05), (0.01, 0.95), (0.0, 1.0)], profile=1.0)
+    assert (c.identified, c.overlap) == (False, 1.0)
+    assert c.level == pytest.approx(1.0, abs=0.03)
+
+
+@settings(max_examples=200, deadline=None)
+@given(start=st.floats(0.0, 1.0), cs=st.floats(0.0, 1.0), length=st.floats(0.01, 2.0),
+       arrivals=st.lists(st.floats(0.0, 3.0), min_size=1, max_size=6),
+       stalls=st.lists(st.tuples(st.floats(0.0, 3.0), st.floats(0.0, 0.5)), max_size=4),
+       sends=st.lists(st.tuples(st.floats(0.0, 3.0), st.floats(0.0, 0.5)), max_size=4))
+def test_split_cuts_busy_time_in_two(start, cs, length, arrivals, stalls, sends):
+    r = IterationRecord(0, 0, start, start + cs, start + cs + length + 1.0,
+                        arrivals={f"p{i}": start + t for i, t in enumerate(arrivals)},
+                        compute_end=start + cs + length, stalls=[[a, a + d] for a, d in stalls],
+                        grad_sends={f"p{i}": [a, a + d] for i, (a, d) in enumerate(sends)})
+    beside, quiet = compute_split(r)
+    busy = sum(b - a for a, b in compute_spans(r))
+    assert beside >= -1e-12 and quiet >= -1e-12
+    assert beside + quiet == pytest.approx(busy, abs=1e-9)
+    if not sends and max(arrivals) <= cs:  # every parameter in before compute starts: nothing beside
+        assert beside == pytest.approx(0.0, abs=1e-9)
