@@ -7,8 +7,9 @@ load equal a worker's compute, where ``dlsched bounds`` gives the largest
 ``S`` (≥ 0.5 is where ordering matters). Every configuration runs all four
 orders (random, topo, TIC, TAC) with 40 measured iterations after 2 warm-up
 ones (20 left the mean of an order ±3% on this VM, about ±0.05 on a ratio),
-interleaved in one job (one iteration each in turn, with an unscored unordered
-one per round that sets the oracle's compute level), 3 times at that rate; the
+interleaved in one job (one iteration each in turn, with two unscored ones per
+round, unordered and in TIC order, that calibrate the oracle's compute), 3
+times at that rate; the
 report gives the median of the 3 and their spread (min–max) for every figure,
 for every link model of the simulator.
 A comm-bound (link load 4× the compute) and a compute-bound (¼) rate run

@@ -85,9 +85,9 @@ PLAN_BATCH = Budget("candidate batch sizes", 10_000_000, "--global-batch or the 
 #: Scaling tables: rendering one row costs ~0.3 ms, so 5,000 rows stay under ~2 s.
 CLUSTER_TABLE = Budget("table rows", 5_000, "--max-devices or --target-speedup")
 
-#: ``validate``: real iterations on the cluster, every order's plus one calibration slot per round
+#: ``validate``: real iterations on the cluster, every order's plus two calibration slots per round
 #: (:func:`cluster_work`). One takes 0.1-2 s on the benchmark's models, so 2,000 are up to an hour
-#: (``benchmarks/bench_validate.py``: (4 + 1) × (40 + 2) = 210 per repeat).
+#: (``benchmarks/bench_validate.py``: (4 + 2) × (40 + 2) = 252 per repeat).
 CLUSTER = Budget("real iterations", 2_000, "--iterations, --warmup or --orders")
 
 
@@ -150,16 +150,16 @@ def profile_work(compute_ops: int | None, runs: int, warmup: int) -> Work:
 
 
 def cluster_work(orders: int, iterations: int, warmup: int) -> Work:
-    """Real iterations of ``validate``'s interleaved job (:data:`CLUSTER`): a calibration slot and every
-    order, for the warm-up rounds and the measured ones.
+    """Real iterations of ``validate``'s interleaved job (:data:`CLUSTER`): two calibration slots and
+    every order, for the warm-up rounds and the measured ones.
 
     Examples
     --------
     >>> cluster_work(4, 20, 2).amount
-    110
+    132
     """
-    return Work((orders + 1) * (iterations + warmup),
-                f"({_plural(orders, 'order')} + 1 calibration slot) × ({_n(iterations)} measured + {_n(warmup)} "
+    return Work((orders + 2) * (iterations + warmup),
+                f"({_plural(orders, 'order')} + 2 calibration slots) × ({_n(iterations)} measured + {_n(warmup)} "
                 "warm-up rounds)")
 
 

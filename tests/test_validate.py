@@ -82,7 +82,7 @@ def test_small_figures():
     (["--orders", "random,bogus"], "--orders"),
     (["--rate", "fast", "--orders", "tac,tac"], "--orders"),
     (["--rate", "fast"], "--rate"),
-    (["--iterations", "1000000000"], "validate would take about 5,000,000,015 real iterations"),
+    (["--iterations", "1000000000"], "validate would take about 6,000,000,018 real iterations"),
     (["--iterations", "400", "--max-work", "1000"], "above the limit of 1,000 set by --max-work"),
 ])
 def test_bad_input_exits_2_before_any_process(args, phrase):

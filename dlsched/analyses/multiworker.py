@@ -167,7 +167,7 @@ def _run_workers(sg: SimGraph, durs: list[list[float]], ranks: list[list[int]], 
         A compute op that starts while its worker has a transfer in flight
         takes ``overlap`` times its time: moving the link's bytes costs the
         worker's own process CPU (measured by
-        :func:`dlsched.hooks.validate_run.overlap_slowdown`; 1 = free).
+        :func:`dlsched.analyses.calibration.calibrate_compute`; 1 = free).
         The rate is fixed at the op's start, which is exact for ops that are
         short against the transfers.
 

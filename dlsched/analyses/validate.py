@@ -132,21 +132,26 @@ class Predicted:
 
 def predict_iterations(graph: Graph, times: Mapping[str, float], workers: int,
                        priorities: Mapping[str, int] | None, iterations: int, sharing: str,
-                       compute_factors: Sequence[float] = (1.0,), seed: int = 0, overlap: float = 1.0) -> Predicted:
+                       compute_factors: Sequence[Sequence[float]] = ((1.0,),), seed: int = 0,
+                       overlap: float = 1.0) -> Predicted:
     """Simulate ``iterations`` synchronous iterations in which each worker's compute is scaled per iteration.
 
-    Worker ``w`` of iteration ``i`` runs every compute op ``factor`` times its
-    oracle time, ``factor`` drawn (seeded) from ``compute_factors``: whole
-    measured steps over their median, so that the slowest of ``W`` workers —
-    which ends a synchronous iteration — is as slow as it really is. Without
-    ``priorities`` every worker draws its own random transfer order per iteration.
-    Compute beside the worker's own transfers runs ``overlap`` times slower.
+    ``compute_factors`` holds rows, one per measured iteration, of each
+    worker's step over the median step (:func:`~dlsched.analyses.calibration.calibrate_compute`).
+    Each predicted iteration draws one row (seeded) and worker ``w`` runs
+    every compute op ``row[w]`` times its oracle time, so that the slowest
+    worker, which ends a synchronous iteration, is as slow as it really is, and
+    workers that slowed each other down (two steps at once on shared cores)
+    stay together. A row of another length than ``workers`` is sampled with
+    replacement. Without ``priorities`` every worker draws its own random
+    transfer order per iteration. Compute beside the worker's own transfers
+    runs ``overlap`` times slower.
 
     Examples
     --------
     >>> from dlsched.synthetic import random_dag
     >>> g, t = random_dag(20, 6, seed=3)
-    >>> p = predict_iterations(g, t, 2, None, 4, "fair", [0.9, 1.0, 1.2])
+    >>> p = predict_iterations(g, t, 2, None, 4, "fair", [[0.9, 1.2], [1.0, 1.0]])
     >>> len(p.per_iteration), bool((p.per_iteration["iteration_time"] > 0).all())
     (4, True)
     """
@@ -162,7 +167,8 @@ def predict_iterations(graph: Graph, times: Mapping[str, float], workers: int,
     fixed = transfer_ranks(sg, priorities, 0, "canonical") if priorities is not None else None
     rows = []
     for it in range(iterations):
-        f = rng.choice(np.asarray(compute_factors, dtype=float), size=workers)
+        row = np.asarray(compute_factors[int(rng.integers(len(compute_factors)))], dtype=float)
+        f = row if row.size == workers else rng.choice(row, size=workers)
         durs = [np.where(on_compute, base * fw, base).tolist() for fw in f]
         ranks = [fixed if fixed is not None else transfer_ranks(sg, None, int(rng.integers(2 ** 31)), "random")
                  for _ in range(workers)]

@@ -11,8 +11,9 @@
    ``latency + bytes / bandwidth`` from ``--measure-network`` over the same
    link (a ``net-peer`` in the server's namespace, the client in a worker's),
    so gloo's per-transfer overhead is in the fitted latency.
-   The compute level and its step-to-step variation come from the cluster
-   itself: unscored unordered iterations of the measured job (:func:`run_orders`).
+   The compute level, its slow-down beside transfers and its step-to-step
+   variation come from the cluster itself: unscored calibration iterations of
+   the measured job, unordered and in TIC order (:func:`run_orders`).
 3. **Every order in one job** (``random`` is the unordered baseline; ``topo``,
    ``tic``, ``tac`` are enforced from :func:`dlsched.analyses.orders.compute_order`
    with the profile's times), interleaved one iteration each so that the
@@ -35,7 +36,6 @@ import contextlib
 import json
 import os
 import random
-import statistics
 import subprocess
 import sys
 import time
@@ -51,9 +51,9 @@ NETWORKS = ("auto", "netns", "localhost")
 #: Profiled runs per op of the in-situ oracle. A small VM's speed drifts by several percent over seconds;
 #: a profile of 5 runs (2 s) caught such phases and moved the oracle's compute by up to 15%.
 ORACLE_RUNS = 15
-#: Rounds of steps timed with the link idle and then busy (:func:`overlap_slowdown` takes their median),
-#: and the steps timed each way per round.
-OVERLAP_ROUNDS, OVERLAP_STEPS = 3, 12
+#: The unscored calibration slots of each round (:func:`run_orders`): an unordered iteration, and one in
+#: TIC order, in which the workers compute beside their transfers and beside each other as enforced orders do.
+CALIBRATION = ("calibration", "calibration-tic")
 
 
 def pick_rate(compute: float, transfer_bytes: float, workers: int, ratio: float = 1.0) -> str:
@@ -208,15 +208,6 @@ def measure_link(hosts: Hosts, timeout: float = 60.0):
         _reap(peer)
 
 
-def _stream_ends(hosts: Hosts) -> tuple[list, list, dict, dict, str]:
-    """Command prefixes and environments of a link stream's peer (server side) and client, and the peer's address."""
-    if hosts.cluster is None:
-        env = dict(os.environ, GLOO_SOCKET_IFNAME="lo")
-        return [], [], env, env, "127.0.0.1"
-    envs, pre = hosts.envs(), hosts.prefixes()
-    return pre[0], pre[1], envs[0], envs[1], hosts.cluster.address(0)
-
-
 @contextlib.contextmanager
 def cluster_load(model: str, mode: str, batch: int, threads: int, workers: int):
     """Load the machine as the cluster's other workers do, while compute is profiled or timed.
@@ -234,52 +225,6 @@ def cluster_load(model: str, mode: str, batch: int, threads: int, workers: int):
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                           env=dict(os.environ, OMP_NUM_THREADS=str(threads))))
         time.sleep(1.0)  # the co-runners are past their imports
-        yield
-    finally:
-        for p in reversed(procs):
-            _reap(p)
-
-
-@contextlib.contextmanager
-def link_stream(hosts: Hosts):
-    """Keep the cluster's own link busy at its full rate: a ``net-peer`` on the server's side and a client
-    sending it large transfers for up to two minutes, flowing before this yields.
-
-    Every byte on the link costs CPU in gloo and the kernel, which a worker's
-    compute feels while its transfers are in flight (:func:`overlap_slowdown`).
-
-    Raises
-    ------
-    NetworkError
-        The peer does not start or the client does not connect within two minutes.
-    """
-    from dlsched.profiling.network import NetworkError, _read_line, _reap
-
-    from .netns import tc_rate_bytes
-    pre_s, pre_c, env_s, env_c, host = _stream_ends(hosts)
-    rate = tc_rate_bytes(hosts.rate) if hosts.rate else None
-    big = link_sizes(rate)[-1]
-    procs = []
-    try:
-        peer = subprocess.Popen(pre_s + [sys.executable, "-m", "dlsched.cli.main", "net-peer", "--host", host,
-                                         "--port", "0", "--sessions", "1"], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env=dict(env_s, PYTHONUNBUFFERED="1"))
-        procs.append(peer)
-        line = _read_line(peer, time.monotonic() + 120)
-        if not line or "listening on" not in line:
-            raise NetworkError("the link stream's peer did not start in the server's namespace")
-        plan = json.dumps({"host": host, "port": int(line.rsplit(":", 1)[1]), "repeats": 1, "timeout": 60.0,
-                           "connect_timeout": 30.0, "sizes": [big] * max(4, int(120 * (rate or 1e9) / big))})
-        client = subprocess.Popen(pre_c + [sys.executable, "-m", "dlsched.profiling.network", plan],
-                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                  env=dict(env_c, PYTHONUNBUFFERED="1"))
-        procs.append(client)
-        deadline = time.monotonic() + 120
-        while (line := _read_line(client, deadline)) not in ("connected", None):
-            pass
-        if line is None:
-            raise NetworkError("the link stream's client did not connect to its peer within two minutes")
-        time.sleep(1.0)  # past gloo's set-up: the bytes flow
         yield
     finally:
         for p in reversed(procs):
@@ -314,8 +259,9 @@ class InSituOracle:
     link: dict
     threads: int
     runs: int
-    factors: list = field(default_factory=lambda: [1.0])
+    factors: dict = field(default_factory=lambda: {"unordered": [[1.0]], "enforced": [[1.0]]})
     overlap: float = 1.0
+    fitted: bool = False
     scale: float = 1.0
 
     def rescale(self, scale: float) -> None:
@@ -325,83 +271,39 @@ class InSituOracle:
         self.compute *= scale
         self.scale *= scale
 
+    def calibrate(self, unordered: Sequence[Sequence], enforced: Sequence[Sequence]) -> None:
+        """Set level, slow-down beside transfers and step factors from the calibration iterations' records
+        (each a list of one iteration's workers' records; :func:`~dlsched.analyses.calibration.calibrate_compute`)."""
+        from dlsched.analyses.calibration import calibrate_compute, compute_split
+        groups = [*unordered, *enforced]
+        fit = calibrate_compute([compute_split(r) for g in groups for r in g], self.compute)
+        self.rescale(fit.level)
+        self.overlap, self.fitted = fit.overlap, fit.identified
+        it = iter(fit.factors)
+        rows = [[next(it) for _ in g] for g in groups]
+        self.factors = {"unordered": rows[:len(unordered)], "enforced": rows[len(unordered):]}
+
     def describe(self) -> dict:
+        rows = {k: [f for row in v for f in row] for k, v in self.factors.items()}
         return {"compute": f"median of {self.runs} profiled runs per op, {self.threads} intra-op thread(s) "
                            "per process (as the cluster runs), beside the other workers computing, scaled by "
-                           f"x{self.scale:.3f} to the compute the cluster's workers spent per step in the "
-                           "job's unscored unordered iterations (one per round of the interleaved orders)",
-                "compute_beside_transfers": f"x{self.overlap:.3f}: whole steps timed with the link busy at its "
-                                            f"rate over steps timed without (median of {OVERLAP_ROUNDS} rounds "
-                                            f"of {OVERLAP_STEPS} each)",
+                           f"x{self.scale:.3f} to the quiet compute (link idle) the cluster's workers spent per "
+                           "step in the job's unscored calibration iterations (two per round of the interleaved "
+                           "orders: one unordered, one in TIC order)",
+                "compute_beside_transfers": f"x{self.overlap:.3f}: " + (
+                    "fitted on the same iterations, each worker's compute beside its own transfers against its "
+                    "compute with the link quiet" if self.fitted else
+                    "not fitted: the calibration iterations computed too little beside their transfers"),
                 "transfers": "latency + bytes / bandwidth measured with gloo over the cluster's link (bandwidth: "
                              "transfers of 1-16 MB; latency: half a 4 KB round trip)",
                 "compute_per_worker_s": self.compute, "transfer_bytes_per_worker": self.transfer_bytes,
                 "bandwidth_bytes_per_s": self.link["bandwidth"], "latency_s": self.link["latency"],
                 "link_peer": self.link.get("peer"),
-                "compute_factors": "each worker's compute per calibration iteration, over their median: "
-                                   + ", ".join(f"{f:.3f}" for f in sorted(self.factors))}
-
-
-def step_times(module, inputs, mode: str, threads: int, steps: int = OVERLAP_STEPS) -> list[float]:
-    """Seconds of whole compute steps of ``module`` on ``inputs`` (forward; forward and backward in training),
-    after one warm-up."""
-    import torch
-
-    from dlsched.factory import training_loss
-    old = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        module.train(mode == "training")
-        took = []
-        for i in range(steps + 1):
-            t = time.perf_counter()
-            if mode == "training":
-                training_loss(module(*inputs)).backward()
-            else:
-                with torch.no_grad():
-                    module(*inputs)
-            if i:
-                took.append(time.perf_counter() - t)
-    finally:
-        torch.set_num_threads(old)
-    return took
-
-
-def step_factors(took: Sequence[float]) -> list[float]:
-    """Each step over their median: how much a worker's step varies from one iteration to the next
-    under the cluster's load (the slowest of the workers ends each synchronous iteration).
-
-    Examples
-    --------
-    >>> step_factors([1.0, 2.0, 4.0])
-    [0.5, 1.0, 2.0]
-    """
-    mid = statistics.median(took)
-    return [t / mid for t in took]
-
-
-def overlap_slowdown(pairs: Sequence[tuple[Sequence[float], Sequence[float]]]) -> float:
-    """How many times slower a step computes while the link is busy, at least 1.
-
-    ``pairs`` holds, per round, the step times without and then with the link
-    busy (:func:`link_stream`); each round gives the ratio of its medians, and
-    the median round is the answer, so a drift of the machine between rounds
-    does not count. On one host the workers, the server and the kernel share
-    the cores, and moving the link's bytes takes CPU the compute then lacks.
-    The simulator slows compute that starts beside its worker's own transfers
-    by this factor (:func:`~dlsched.analyses.multiworker._run_workers`);
-    noise that makes the busy steps faster is not a speed-up, hence the floor.
-
-    Examples
-    --------
-    >>> overlap_slowdown([([0.50, 0.52, 0.48], [0.56, 0.60, 0.58]), ([0.4, 0.4], [0.48, 0.48]),
-    ...                   ([0.5], [0.55])])
-    1.16
-    >>> overlap_slowdown([([0.5, 0.5], [0.49, 0.49])])
-    1.0
-    """
-    ratios = [statistics.median(busy) / statistics.median(quiet) for quiet, busy in pairs]
-    return max(1.0, round(statistics.median(ratios), 6))
+                "compute_factors": "each worker's quiet compute per calibration iteration, over their median, "
+                                   "drawn per predicted iteration as the workers' pair from one unordered "
+                                   "iteration (random order) or one TIC iteration (enforced orders); unordered: "
+                                   + ", ".join(f"{f:.3f}" for f in sorted(rows["unordered"]))
+                                   + "; TIC: " + ", ".join(f"{f:.3f}" for f in sorted(rows["enforced"]))}
 
 
 def in_situ_oracle(model: str, graph, link, threads: int, runs: int = 5) -> InSituOracle:
@@ -459,39 +361,45 @@ def _job(model: str, graph, hosts: Hosts, rotation: list, guess: float, *, worke
 def run_orders(model: str, graph, oracle: InSituOracle, hosts: Hosts, orders: Sequence[str], *, workers: int,
                servers: int, mode: str, batch: int, iterations: int, warmup: int, threads: int,
                sharings: Sequence[str], seed: int = 0) -> dict[str, OrderRun]:
-    """Run every order for real in one job, interleaved; set the oracle's compute level from it; simulate each.
+    """Run every order for real in one job, interleaved; calibrate the oracle's compute from it; simulate each.
 
-    The job's iterations go round the slots ``calibration, *orders``, one
-    iteration each (:attr:`~dlsched.hooks.ps_config.PSConfig.rotation`), for
-    ``warmup`` dropped rounds and then ``iterations`` measured ones. Run one
-    after another, the orders met a small VM in different moods: its speed
-    drifted by 10% over minutes, which moved the measured throughput ratios
-    by more than the ±0.05 they are checked to. Interleaved, a drift hits
-    every order alike.
+    The job's iterations go round the slots ``calibration, calibration-tic,
+    *orders``, one iteration each (:attr:`~dlsched.hooks.ps_config.PSConfig.rotation`),
+    for ``warmup`` dropped rounds and then ``iterations`` measured ones. Run
+    one after another, the orders met a small VM in different moods: its
+    speed drifted by 10% over minutes, which moved the measured throughput
+    ratios by more than the ±0.05 they are checked to. Interleaved, a drift
+    hits every order alike.
 
-    The ``calibration`` slot is an unordered iteration that is never scored:
-    the median over its workers and iterations of the time each spent
-    computing (less the waits that blocked it), over the profile's compute per
-    worker, rescales the oracle (:meth:`InSituOracle.rescale`), and each of
-    those times over their median is a step factor (:func:`step_factors`):
-    how much a worker's step varies in the cluster. In the cluster a step runs
-    through the hooks that wait for parameters, on weights just written by the
-    receives, beside a server: on a small VM its level was ×0.75 to ×1.48 that
-    of the same step profiled beside a co-runner (mostly ×1.1 to ×1.3), so the
-    per-op profile keeps only its shape; and steps timed in a separate process
-    varied less than the cluster's (enforced orders' predicted straggler share
-    0.03 against 0.10-0.14 measured). The enforced orders are computed before
-    the job, from the profile, as a user computes them from theirs.
+    The two calibration slots are never scored: one unordered iteration, and
+    one in TIC order. Their records set the oracle's compute
+    (:meth:`InSituOracle.calibrate`): its level with the link quiet, how much
+    slower it runs beside the worker's own transfers (under TIC about half a
+    step does, unordered little), and each worker's step over the median step.
+    A predicted iteration draws the workers' factors together, from one
+    unordered calibration iteration for ``random`` and from one TIC iteration
+    for the enforced orders: under an enforced order both workers get their
+    first parameters at once and compute at the same moment on shared cores,
+    so one is slowed by the other (transformer inference on a 2-core VM: their
+    steps correlated −0.47 and −0.84 in two runs, against +0.30 and +0.09
+    unordered), which independent draws miss.
+    In the cluster a step runs through the hooks that wait for parameters, on
+    weights just written by the receives, beside a server: on a small VM its
+    level was ×0.75 to ×1.48 that of the same step profiled beside a
+    co-runner (mostly ×1.1 to ×1.3), so the per-op profile keeps only its
+    shape. The enforced orders are computed before the job, from the profile,
+    as a user computes them from theirs.
     """
     from dlsched.analyses.orders import compute_order
-    from dlsched.analyses.validate import (busy_computes, measured_iterations, observed_priorities,
-                                           predict_iterations, replay_iteration)
+    from dlsched.analyses.validate import (measured_iterations, observed_priorities, predict_iterations,
+                                           replay_iteration)
 
     from .timeline import Timeline
     prios = {name: None if name == "random" else compute_order(graph, name, oracle.times) for name in orders}
-    slots = ["calibration", *orders]
-    rotation = [None if prios.get(s) is None else sorted(prios[s], key=lambda n, p=prios[s]: (p[n], n))
-                for s in slots]
+    tic = prios.get("tic") or compute_order(graph, "tic", oracle.times)
+    slots = [*CALIBRATION, *orders]
+    rotation = [None if p is None else sorted(p, key=lambda n, p=p: (p[n], n))
+                for p in (None, tic, *(prios[o] for o in orders))]
     guess = 1.5 * (oracle.compute + oracle.transfer_bytes * workers / oracle.link["bandwidth"])
     run = _job(model, graph, hosts, rotation, guess, workers=workers, servers=servers, mode=mode, batch=batch,
                iterations=len(slots) * (warmup + iterations), threads=threads, seed=seed)
@@ -501,15 +409,20 @@ def run_orders(model: str, graph, oracle: InSituOracle, hosts: Hosts, orders: Se
         return Timeline([r for r in run.timeline.records
                          if r.iteration in kept and slots[r.iteration % len(slots)] == name])
 
-    busy = busy_computes(slot("calibration"))
-    oracle.rescale(statistics.median(busy) / oracle.compute)
-    oracle.factors = step_factors(busy)
+    def by_iteration(name: str) -> list[list]:
+        groups: dict[int, list] = {}
+        for r in sorted(slot(name).records, key=lambda r: (r.iteration, r.worker)):
+            groups.setdefault(r.iteration, []).append(r)
+        return list(groups.values())
+
+    oracle.calibrate(*(by_iteration(name) for name in CALIBRATION))
     spans = {m["iteration"]: m for m in measured_iterations(run.timeline)}  # each from the previous slot's end
     out = {}
     for name in orders:
         timeline = slot(name)
-        predicted = {s: predict_iterations(graph, oracle.times, workers, prios[name], iterations, s, oracle.factors,
-                                           seed, overlap=oracle.overlap) for s in sharings}
+        factors = oracle.factors["unordered" if prios[name] is None else "enforced"]
+        predicted = {s: predict_iterations(graph, oracle.times, workers, prios[name], iterations, s, factors, seed,
+                                           overlap=oracle.overlap) for s in sharings}
         sent = {}  # iteration -> the order each worker's servers sent, by worker
         for r in sorted(timeline.records, key=lambda r: r.worker):
             sent.setdefault(r.iteration, []).append(observed_priorities(r))
@@ -616,22 +529,13 @@ def run_validation(model: str, *, workers: int = 2, servers: int = 1, rate: str 
         say("profiling compute beside the other workers")
         with cluster_load(model, mode, batch, threads, workers):
             oracle = in_situ_oracle(model, graph, link, threads, runs=ORACLE_RUNS)
-            from dlsched.factory import call_factory
-            module, inputs, _ = call_factory(model, batch=batch)
-            pairs = []
-            for r in range(OVERLAP_ROUNDS):
-                say(f"timing steps with the link idle, then busy ({r + 1}/{OVERLAP_ROUNDS})")
-                quiet = step_times(module, inputs, mode, threads)
-                with link_stream(hosts):
-                    pairs.append((quiet, step_times(module, inputs, mode, threads)))
-        oracle.overlap = overlap_slowdown(pairs)
-        say(f"compute beside a busy link: x{oracle.overlap:.3f}")
-        say(f"running the orders interleaved, one iteration each in turn after an unscored calibration "
-            f"iteration: {warmup} + {iterations} rounds of {len(orders) + 1}")
+        say(f"running the orders interleaved, one iteration each in turn after two unscored calibration "
+            f"iterations: {warmup} + {iterations} rounds of {len(orders) + len(CALIBRATION)}")
         runs = run_orders(model, graph, oracle, hosts, orders, workers=workers, servers=servers, mode=mode,
                           batch=batch, iterations=iterations, warmup=warmup, threads=threads, sharings=sharings,
                           seed=seed)
-        say(f"compute per step in the cluster: {oracle.compute:.3f} s (the profile's x{oracle.scale:.3f})")
+        say(f"compute per step in the cluster: {oracle.compute:.3f} s (the profile's x{oracle.scale:.3f}), "
+            f"x{oracle.overlap:.3f} beside transfers")
         host_info = {"kind": hosts.kind, "rate": hosts.rate, "note": hosts.note}
     finally:
         if hosts is not None:
