@@ -13,7 +13,8 @@ times at that rate; the
 report gives the median of the 3 and their spread (min–max) for every figure,
 for every link model of the simulator.
 A comm-bound (link load 4× the compute) and a compute-bound (¼) rate run
-random and TAC once per configuration (``--regimes``).
+random and TAC, 10 measured iterations each, 3 times per configuration
+(``--regimes``, which resumes: it adds runs until each regime has 3).
 
 TicTac Fig. 12a: every measured iteration of a configuration (3 runs × 4
 orders × 40, unordered and enforced mixed) is rated by replaying the transfer
@@ -51,6 +52,8 @@ BATCH = {("vgg_mid", "inference"): 128, ("vgg_mid", "training"): 48, ("transform
          ("transformer", "training"): 24}
 PARTS = [f"{m}/{mode}" for m in MODELS for mode in ("inference", "training")]
 ITERATIONS, WARMUP, REPEATS = 40, 2, 3
+#: Measured iterations per order at the comm- and compute-bound rates (random and TAC only).
+REGIME_ITERATIONS = 10
 SHARINGS = ("serial", "fair")
 
 
@@ -73,6 +76,11 @@ def _one(model: str, mode: str, rate: str, orders, iterations: int) -> dict:
     return {"rate": v.hosts["rate"], "compute": v.oracle.compute, "bytes": v.oracle.transfer_bytes, "reports": rep}
 
 
+def _regimes(entry: dict) -> dict:
+    """An entry's regimes as ``{name: {"rate", "runs": [...]}}`` (files of before 11-23 held one run each)."""
+    return {k: g if "runs" in g else {"rate": g["rate"], "runs": [g]} for k, g in entry.get("regimes", {}).items()}
+
+
 def run_part(part: str, regimes: bool) -> None:
     from dlsched.hooks.validate_run import pick_rate
     model, mode = part.split("/")
@@ -88,13 +96,18 @@ def run_part(part: str, regimes: bool) -> None:
             runs.append(res)
             print(f"  done in {time.monotonic() - t0:.0f} s", flush=True)
         entry = {"batch": BATCH[(model, mode)], "runs": runs, "regimes": entry.get("regimes", {})}
-    else:
+    else:  # resumable: each regime gets runs until it has REPEATS, at the rate its first run picked
         base = entry["runs"][0]
-        entry["regimes"] = {}
+        have = _regimes(entry)
         for name, ratio in (("comm-bound", 4.0), ("compute-bound", 0.25)):
-            rate = pick_rate(base["compute"], base["bytes"], 2, ratio)
-            print(f"{part}: {name} at {rate}", flush=True)
-            entry["regimes"][name] = _one(model, mode, rate, ("random", "tac"), 10)
+            g = have.setdefault(name, {"rate": pick_rate(base["compute"], base["bytes"], 2, ratio), "runs": []})
+            while len(g["runs"]) < REPEATS:
+                print(f"{part}: {name} at {g['rate']}, run {len(g['runs']) + 1}/{REPEATS}", flush=True)
+                g["runs"].append(_one(model, mode, g["rate"], ("random", "tac"), REGIME_ITERATIONS))
+                entry["regimes"] = have
+                parts = _load_parts()
+                parts[part] = entry
+                _save_parts(parts)
     parts = _load_parts()
     parts[part] = entry
     _save_parts(parts)
@@ -138,11 +151,12 @@ def summarise(parts: dict) -> dict:
                                  "max_abs_straggler_error": max(abs(o["predicted_straggler"]["median"]
                                                                     - o["measured_straggler"]["median"])
                                                                 for o in orders.values())}
-        conf["regimes"] = {k: {s: {n: {"measured_mean": o["measured_mean"], "predicted_mean": o["predicted_mean"],
-                                       "mean_error": o["mean_error"], "measured_ratio": o.get("measured_ratio"),
-                                       "predicted_ratio": o.get("predicted_ratio")}
-                                   for n, o in g["reports"][s]["orders"].items()} for s in SHARINGS}
-                               | {"rate": g["rate"]} for k, g in entry.get("regimes", {}).items()}
+        conf["regimes"] = {k: {s: {n: {key: _spread([r["reports"][s]["orders"][n].get(key) for r in g["runs"]])
+                                       for key in ("measured_mean", "predicted_mean", "mean_error", "measured_ratio",
+                                                   "predicted_ratio")}
+                                   for n in g["runs"][0]["reports"][s]["orders"]} for s in SHARINGS}
+                               | {"rate": g["rate"], "runs": len(g["runs"])}
+                           for k, g in _regimes(entry).items()}
         out[part] = conf
     return out
 
@@ -181,10 +195,10 @@ def write_report(parts: dict) -> int:
             lines += ["", f"Fig. 12a ({f['points']} iterations): normalised step time = {f['slope']:.3f}·E + "
                           f"{f['intercept']:.3f}, R² = {f['r2']:.3f}", ""]
         for k, g in c["regimes"].items():
-            o = g[best]
-            lines.append(f"{k} rate {g['rate']} (one run, {best} links): " + "; ".join(
-                f"{n} measured {r['measured_mean']:.3f} s, predicted {r['predicted_mean']:.3f} s "
-                f"({r['mean_error'] * 100:+.1f}%)" for n, r in o.items() if isinstance(r, dict)))
+            lines.append(f"{k} rate {g['rate']} ({g['runs']} runs of {REGIME_ITERATIONS} iterations, {best} links): "
+                         + "; ".join(f"{n} measured {_fmt(r['measured_mean'])} s, predicted "
+                                     f"{_fmt(r['predicted_mean'])} s, error {_fmt(r['mean_error'], True)}"
+                                     for n, r in g[best].items()))
         m = c["models"][best]
         err, rerr = m["max_abs_mean_error"], m["max_abs_ratio_error"]
         verdicts.append(f"{'PASS' if err <= 0.10 else 'FAIL'}: {part}: worst |predicted − measured| mean "
