@@ -76,6 +76,12 @@ def _one(model: str, mode: str, rate: str, orders, iterations: int) -> dict:
     return {"rate": v.hosts["rate"], "compute": v.oracle.compute, "bytes": v.oracle.transfer_bytes, "reports": rep}
 
 
+def _store(part: str, entry: dict) -> None:
+    parts = _load_parts()
+    parts[part] = entry
+    _save_parts(parts)
+
+
 def _regimes(entry: dict) -> dict:
     """An entry's regimes as ``{name: {"rate", "runs": [...]}}`` (files of before 11-23 held one run each)."""
     return {k: g if "runs" in g else {"rate": g["rate"], "runs": [g]} for k, g in entry.get("regimes", {}).items()}
@@ -105,12 +111,8 @@ def run_part(part: str, regimes: bool) -> None:
                 print(f"{part}: {name} at {g['rate']}, run {len(g['runs']) + 1}/{REPEATS}", flush=True)
                 g["runs"].append(_one(model, mode, g["rate"], ("random", "tac"), REGIME_ITERATIONS))
                 entry["regimes"] = have
-                parts = _load_parts()
-                parts[part] = entry
-                _save_parts(parts)
-    parts = _load_parts()
-    parts[part] = entry
-    _save_parts(parts)
+                _store(part, entry)  # after every run: a long benchmark resumes where it stopped
+    _store(part, entry)
 
 
 def _spread(values) -> dict:

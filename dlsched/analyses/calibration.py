@@ -24,7 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
-#: Least spread (standard deviation) of the compute before the last arrival, as a share of the
+#: Least spread (standard deviation) of the compute beside transfers, as a share of the
 #: profile's step, from which the slow-down beside transfers is fitted; below it the
 #: calibration iterations hardly computed beside transfers and it stays 1.
 MIN_SPREAD = 0.05
@@ -47,8 +47,11 @@ class ComputeCalibration:
     level: float
     overlap: float
     factors: list = field(default_factory=list)
-    records: int = 0
     identified: bool = False
+
+    @property
+    def records(self) -> int:
+        return len(self.factors)
 
 
 def compute_split(record) -> tuple[float, float]:
@@ -87,11 +90,11 @@ def calibrate_compute(splits: Sequence[tuple[float, float]], profile: float) -> 
     """Fit the cluster's compute level ``c``, slow-down beside transfers ``f`` and step factors ``n_i``.
 
     Record ``i`` (one worker, one iteration) computed ``X_i`` profiled
-    seconds of its step ``P`` beside its transfers and the rest after its last
-    arrival, at its own speed ``n_i`` (noise around 1)::
+    seconds of its step ``P`` beside its transfers and the rest with its link
+    quiet, at its own speed ``n_i`` (noise around 1)::
 
-        B_i = n_i·c·f·X_i          (before the last arrival)
-        A_i = n_i·c·(P − X_i)      (after it)
+        B_i = n_i·c·f·X_i          (beside its transfers)
+        A_i = n_i·c·(P − X_i)      (with its link quiet)
         ⇒  A_i + B_i / f = n_i·c·P
 
     ``X_i`` differs from record to record (little in unordered iterations,
@@ -133,5 +136,4 @@ def calibrate_compute(splits: Sequence[tuple[float, float]], profile: float) -> 
         k = float(ks[np.argmin(np.log(a[None, :] + ks[:, None] * b[None, :]).var(axis=1))])
     q = a + k * b
     mid = float(statistics.median(q.tolist()))
-    return ComputeCalibration(level=mid / profile, overlap=1.0 / k, factors=(q / mid).tolist(), records=int(b.size),
-                              identified=identified)
+    return ComputeCalibration(level=mid / profile, overlap=1.0 / k, factors=(q / mid).tolist(), identified=identified)

@@ -64,23 +64,6 @@ def measured_iterations(timeline, skip: int = 0) -> list[dict]:
     return out
 
 
-def busy_computes(timeline, skip: int = 0) -> list[float]:
-    """Per record of the kept iterations (each worker's each iteration): the seconds it spent computing
-    (compute start to end, less the waits that blocked it).
-
-    Examples
-    --------
-    >>> from dlsched.hooks.timeline import IterationRecord, Timeline
-    >>> t = Timeline([IterationRecord(0, 0, 0.0, 0.5, 2.0, stalls=[[1.0, 1.5]]),
-    ...               IterationRecord(1, 0, 0.0, 0.0, 1.2)])
-    >>> busy_computes(t)
-    [1.0, 1.2]
-    """
-    from dlsched.hooks.timeline import compute_spans
-    kept = set(timeline.iterations[skip:])
-    return [sum(b - a for a, b in compute_spans(r)) for r in timeline.records if r.iteration in kept]
-
-
 def observed_priorities(record) -> dict[str, int]:
     """The transfer order one worker's servers really sent in one iteration, as priorities.
 

@@ -93,6 +93,21 @@ class Timeline:
     def iterations(self) -> list[int]:
         return sorted({r.iteration for r in self.records})
 
+    def by_iteration(self) -> dict[int, list[IterationRecord]]:
+        """Each iteration's records, by worker, iterations in order.
+
+        Examples
+        --------
+        >>> t = Timeline([IterationRecord(1, 0, 0, 0, 1), IterationRecord(0, 0, 0, 0, 1),
+        ...               IterationRecord(0, 1, 1, 1, 2)])
+        >>> {it: [r.worker for r in rs] for it, rs in t.by_iteration().items()}
+        {0: [0, 1], 1: [0]}
+        """
+        groups: dict[int, list[IterationRecord]] = {}
+        for r in sorted(self.records, key=lambda r: (r.iteration, r.worker)):
+            groups.setdefault(r.iteration, []).append(r)
+        return groups
+
     def iteration_spans(self, skip: int = 0) -> list[dict]:
         """Per iteration: start, end (the latest worker's end), and each worker's makespan ``m_i`` from that start.
 

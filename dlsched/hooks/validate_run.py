@@ -409,13 +409,7 @@ def run_orders(model: str, graph, oracle: InSituOracle, hosts: Hosts, orders: Se
         return Timeline([r for r in run.timeline.records
                          if r.iteration in kept and slots[r.iteration % len(slots)] == name])
 
-    def by_iteration(name: str) -> list[list]:
-        groups: dict[int, list] = {}
-        for r in sorted(slot(name).records, key=lambda r: (r.iteration, r.worker)):
-            groups.setdefault(r.iteration, []).append(r)
-        return list(groups.values())
-
-    oracle.calibrate(*(by_iteration(name) for name in CALIBRATION))
+    oracle.calibrate(*(list(slot(name).by_iteration().values()) for name in CALIBRATION))
     spans = {m["iteration"]: m for m in measured_iterations(run.timeline)}  # each from the previous slot's end
     out = {}
     for name in orders:
@@ -423,9 +417,7 @@ def run_orders(model: str, graph, oracle: InSituOracle, hosts: Hosts, orders: Se
         factors = oracle.factors["unordered" if prios[name] is None else "enforced"]
         predicted = {s: predict_iterations(graph, oracle.times, workers, prios[name], iterations, s, factors, seed,
                                            overlap=oracle.overlap) for s in sharings}
-        sent = {}  # iteration -> the order each worker's servers sent, by worker
-        for r in sorted(timeline.records, key=lambda r: r.worker):
-            sent.setdefault(r.iteration, []).append(observed_priorities(r))
+        sent = {it: [observed_priorities(r) for r in rs] for it, rs in timeline.by_iteration().items()}
         replayed = {s: [max(replay_iteration(graph, oracle.times, sent[it], s, overlap=oracle.overlap))
                         for it in timeline.iterations] for s in sharings}
         out[name] = OrderRun(name, prios[name], timeline, [spans[it] for it in timeline.iterations], predicted,
