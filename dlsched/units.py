@@ -154,3 +154,21 @@ def parse_quantity(kind: str, text, what: str | None = None, positive: bool = Tr
     elif positive and not value > 0:
         raise DlschedError(f"{where}must be positive, got {text!r}")
     return value
+
+
+def parse_list(text: str | None, convert, option: str, expected: str) -> list | None:
+    """A comma-separated list of numbers (``--caps 96,64``, ``--cpu-quota 0.5,0.25``); ``None`` stays ``None``.
+
+    >>> parse_list("96,64", int, "--caps", "whole numbers, e.g. 96,64")
+    [96, 64]
+    >>> parse_list("1,x", float, "--cpu-quota", "shares of a core, e.g. 0.5,0.25")
+    Traceback (most recent call last):
+    ...
+    dlsched.errors.DlschedError: --cpu-quota '1,x': expected comma-separated shares of a core, e.g. 0.5,0.25
+    """
+    if text is None:
+        return None
+    try:
+        return [convert(x) for x in text.split(",")]
+    except ValueError:
+        raise DlschedError(f"{option} {text!r}: expected comma-separated {expected}") from None
