@@ -25,7 +25,7 @@ thread per process. The quotas predict (time ∝ b / quota) the split
   lbbsp-gpu ≤ 60.
 - Acceptance 6 (simulator against the real run): each run's measured per-worker speeds
   (iteration k, worker i: b_i/busy_i; a worker given nothing keeps its last speed) are a speed
-  trace that :func:`dlsched.analyses.online_batch_sim.simulate_policies` replays under the
+  trace that :func:`dlsched.planning.online_batch_sim.simulate_policies` replays under the
   run's own policy, which picks its own batches. The part of an iteration that is no worker's
   busy time (transfers, the server's update) is one constant c, the median of (iteration time −
   slowest busy time) of the bsp run. Simulated time = slowest simulated worker + c. Each
@@ -81,7 +81,7 @@ def back_at(run_times, optimum, start=SWAP, window=5, tol=0.10):
 def replay(run, spec, c):
     """Replay the run's measured per-worker speeds (each iteration's b/busy) through the simulator under
     policy ``spec``; the simulated iteration times, each plus the non-busy part ``c``."""
-    from dlsched.analyses.online_batch_sim import SpeedTrace, simulate_policies
+    from dlsched.planning.online_batch_sim import SpeedTrace, simulate_policies
     hist = run["history"]
     per_sample, last = [], [None] * len(QUOTAS)
     for e in hist:
@@ -189,7 +189,7 @@ def main() -> int:
         return 0
     import torch
 
-    from dlsched.exporters.batch_plot import plot_batches
+    from dlsched.formats.batch_plot import plot_batches
     from dlsched.hooks.policy_run import frames, quota_prediction
     reps = []
     for seed in range(args.repeats):

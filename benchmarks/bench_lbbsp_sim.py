@@ -10,7 +10,7 @@
    every time (no slowdown), over seeds. The paper's listing as written
    (``settle=False``) is shown beside.
 2. **Algorithm 1 and the predictors in the form of Table 3** (acceptance 4).
-   The trace (:func:`dlsched.analyses.online_batch_sim.table3_trace`): 32 CPU
+   The trace (:func:`dlsched.planning.online_batch_sim.table3_trace`): 32 CPU
    workers of four kinds (20, 30, 40, 60 samples/s at a full core, 8 each); the
    CPU share each may use moves between {1, 0.75, 0.5, 0.25} as a Markov chain
    (leaves its state with probability 1/80 per iteration, to one of the other
@@ -48,7 +48,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from dlsched.machine import cpu_model, load_averages  # noqa: E402
 
-from dlsched.analyses.online_batch_sim import fig8_trace, simulate_policies, table3_trace  # noqa: E402
+from dlsched.planning.online_batch_sim import fig8_trace, simulate_policies, table3_trace  # noqa: E402
 
 OPT, OPT_SLOW = 1.602, (96, 13, 13, 6)
 PREDICTORS = ("memoryless", "ema", "narx")

@@ -35,8 +35,8 @@ def main() -> int:
 
     from dlsched.analyses.multiworker import simulate_workers
     from dlsched.analyses.orders import compute_order
-    from dlsched.exporters.oracle_file import load_times
-    from dlsched.loader import load_model
+    from dlsched.profiling.oracle_times import load_times
+    from dlsched.importers.loader import load_model
     from dlsched.planning.cluster_plan import plan_cluster
     from dlsched.planning.server_balance import server_balance
 

@@ -62,7 +62,7 @@ def _load_parts() -> dict:
 
 
 def _save_parts(parts: dict) -> None:
-    from dlsched.exporters.atomic import atomic_write_text
+    from dlsched.atomic import atomic_write_text
     OUT.mkdir(parents=True, exist_ok=True)
     atomic_write_text(PARTS_FILE, json.dumps(parts, indent=1) + "\n")
 
@@ -164,7 +164,7 @@ def summarise(parts: dict) -> dict:
 
 
 def write_report(parts: dict) -> int:
-    from dlsched.exporters.atomic import atomic_write_text
+    from dlsched.atomic import atomic_write_text
     from dlsched.machine import cpu_model
     summary = summarise(parts)
     def worst(s):  # worst mean-time error over the configurations, then the mean of them, then the ratio error
@@ -241,7 +241,7 @@ def _plot(parts: dict, sharing: str) -> None:
     import matplotlib.pyplot as plt
 
     from dlsched.analyses.validate import fit_line
-    from dlsched.exporters.atomic import atomic_path
+    from dlsched.atomic import atomic_path
     fig, axes = plt.subplots(1, len(parts), figsize=(4.2 * len(parts), 3.6), squeeze=False)
     for ax, (part, entry) in zip(axes[0], parts.items()):
         pts = [p for r in entry["runs"] for p in r["reports"][sharing]["replay_points"]]

@@ -84,7 +84,7 @@ def prepare(model: str, mode: str, batch: int, args, work: Path) -> tuple[Path, 
                    "--bandwidth", args.bandwidth, "--latency", args.latency)
         info["profile_wall_s"] = time.perf_counter() - t0
         info["inspect_wall_s"] = inspect_s
-        from dlsched.exporters.atomic import atomic_write_text
+        from dlsched.atomic import atomic_write_text
 
         atomic_write_text(meta_path, json.dumps(info, indent=1, default=str))
         print(f"  profile: {info['profile_wall_s']:.1f} s", flush=True)
@@ -99,8 +99,8 @@ def analyse(dag: Path, oracle: Path, args) -> dict:
     from dlsched.analyses.properties import dependency_sets
     from dlsched.analyses.simulate import simulate
     from dlsched.dag import RECV
-    from dlsched.exporters.oracle_file import load_times
-    from dlsched.loader import load_model
+    from dlsched.profiling.oracle_times import load_times
+    from dlsched.importers.loader import load_model
 
     graph = load_model(str(dag))
     times = load_times(oracle, graph)
@@ -315,7 +315,7 @@ def write_markdown(rows: list[dict], settings: dict, path: Path) -> None:
               f"{s['profile_minutes']:.1f} min and tracing for `inspect --save` {s['inspect_minutes']:.1f} min "
               f"(when this run made the oracles; cached ones are reused); this run took {s['wall_minutes']:.1f} "
               f"min in all, finishing {s['date']}.", ""]
-    from dlsched.exporters.atomic import atomic_write_text
+    from dlsched.atomic import atomic_write_text
 
     atomic_write_text(path, "\n".join(lines))
 
@@ -370,7 +370,7 @@ def main(argv=None) -> int:
                 "inspect_minutes": sum(r["profile"]["inspect_wall_s"] or 0 for r in rows) / 60,
                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     suffix = "" if not (args.quick or args.only) else "_partial"
-    from dlsched.exporters.atomic import atomic_write_text
+    from dlsched.atomic import atomic_write_text
 
     atomic_write_text(out / f"real_models{suffix}.json", json.dumps({"settings": settings, "rows": rows}, indent=1))
     write_markdown(rows, settings, out / f"real_models{suffix}.md")

@@ -36,6 +36,8 @@ COMPUTE = "compute"
 RECV = "recv"
 SEND = "send"
 KINDS = (COMPUTE, RECV, SEND)
+# What a graph holds: the forward pass, or forward + backward + gradient sends.
+MODES = ("inference", "training")
 COMPUTE_RESOURCE = "compute:0"
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from dlsched.exporters.algorithm_table import write_algorithm_table
+from dlsched.formats.algorithm_table import write_algorithm_table
 from dlsched.planning.paper_alexnet import alexnet_algorithm_table
 
 DEFAULT = Path(__file__).resolve().parent / "alexnet_algorithms.csv"

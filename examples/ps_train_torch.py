@@ -10,7 +10,7 @@ and one message before any process starts; SIGTERM or Ctrl-C ends every rank
     python examples/ps_train_torch.py --priorities tac.json # a file from `dlsched order`
 
 Without ``--priorities`` the priority file is TIC (timing-independent, no oracle
-needed) over the torch importer's graph (``dlsched.loader.load_model``), or,
+needed) over the torch importer's graph (``dlsched.importers.loader.load_model``), or,
 where the importer or TIC is unavailable, ``named_parameters()`` in
 declaration order.
 """
@@ -29,10 +29,10 @@ MODEL = "examples/torch_models.py:small_cnn"
 
 
 def default_priority_file(servers: int):
-    from dlsched.exporters.priority_file import PriorityFile, Transfer, make_priority_file
+    from dlsched.formats.priority_file import PriorityFile, Transfer, make_priority_file
     try:
         from dlsched.analyses.tic import tic_order
-        from dlsched.loader import load_model
+        from dlsched.importers.loader import load_model
         graph = load_model(MODEL, mode="training", ps=servers)
         return make_priority_file(graph, tic_order(graph), "tic")
     except ImportError:  # importer or TIC not available: parameter names in declaration order
@@ -55,7 +55,7 @@ def main() -> int:
     priorities = os.path.abspath(a.priorities) if a.priorities else None  # relative to the caller's folder
     os.chdir(REPO)
     from dlsched.errors import DlschedError
-    from dlsched.exporters.priority_file import read_priority_file
+    from dlsched.formats.priority_file import read_priority_file
     from dlsched.hooks.torch_ps import check_settings, config_from_priority_file, launch_local
     settings = dict(servers=a.servers, workers=a.workers, iterations=a.iterations, batch=8, window=a.window,
                     unordered=a.unordered, timeout=a.timeout)

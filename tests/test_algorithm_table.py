@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dlsched.errors import DlschedError
-from dlsched.exporters.algorithm_table import COLUMNS, read_algorithm_table, write_algorithm_table
+from dlsched.formats.algorithm_table import COLUMNS, read_algorithm_table, write_algorithm_table
 from dlsched.planning.paper_alexnet import alexnet_algorithm_table
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "alexnet_algorithms.csv"

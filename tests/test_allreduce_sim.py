@@ -16,8 +16,8 @@ from dlsched.analyses.collective_cost import allreduce_cost, recursive_doubling_
 from dlsched.analyses.collectives_report import collectives_report
 from dlsched.analyses.imbalance import parse_imbalance
 from dlsched.errors import DlschedError
-from dlsched.exporters.dag_json import save_dag
-from dlsched.exporters.oracle_file import write_oracle
+from dlsched.formats.dag_json import save_dag
+from dlsched.formats.oracle_file import write_oracle
 from dlsched.synthetic import random_dag
 from tests.conftest import assert_clean_error, run_cli
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from dlsched.analyses.online_batch_sim import fig8_trace, simulate_policies
+from dlsched.planning.online_batch_sim import fig8_trace, simulate_policies
 from dlsched.errors import DlschedError
 from dlsched.planning.batch_policies import make_policy
 from dlsched.planning.hetero import split_exact

@@ -1,12 +1,8 @@
-"""Every docstring example in dlsched/, cli/ and exporters/ runs (issue 14: one home for each contract).
+"""Every docstring example in dlsched/ runs (issue 14: one home for each contract).
 
-cli/ and exporters/ are installed as ``dlsched.cli`` and ``dlsched.exporters``
-(``[tool.setuptools.package-dir]`` in pyproject.toml), so pytest's
-``--doctest-modules``, which imports a file by its path, would import them a
-second time as top-level ``cli`` / ``exporters``. Here each module is imported
-by its installed dotted name instead, and its examples run with
-:mod:`doctest` (``ELLIPSIS``), from the repository root, so that examples can
-name ``examples/torch_models.py``.
+Each module is imported by its dotted name, which is its path under the
+repository root, and its examples run with :mod:`doctest` (``ELLIPSIS``), from
+the repository root, so that examples can name ``examples/torch_models.py``.
 
 No module is excluded: none imports a framework at import time. Examples that
 need a framework run when it is installed (the ``test`` extra installs them all)
@@ -24,8 +20,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Source folder → the package it is installed as (mirrors pyproject.toml's package-dir mapping).
-PACKAGES = {"dlsched": "dlsched", "cli": "dlsched.cli", "exporters": "dlsched.exporters"}
+# Source folder → its package: import paths are file paths.
+PACKAGES = {"dlsched": "dlsched"}
 
 # Modules whose examples need a framework (the module itself imports without it).
 NEEDS = {
@@ -41,7 +37,7 @@ FLAGS = doctest.ELLIPSIS
 
 
 def _modules() -> dict[str, Path]:
-    """Installed dotted name → source file, for every module of the three packages."""
+    """Dotted name → source file, for every module of the package."""
     mods = {}
     for folder, package in PACKAGES.items():
         for path in sorted((ROOT / folder).rglob("*.py")):
@@ -65,7 +61,7 @@ def _doctests(name: str) -> list[doctest.DocTest]:
 
 def test_every_module_with_examples_is_collected():
     assert len(MODULES) > 50 and len(WITH_EXAMPLES) >= 30
-    assert {"dlsched.cli.main", "dlsched.exporters.gantt", "dlsched.analyses.bounds"} <= set(MODULES)
+    assert {"dlsched.cli.main", "dlsched.formats.gantt", "dlsched.analyses.bounds"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("name", WITH_EXAMPLES)

@@ -105,7 +105,7 @@ QUOTED_GMACS = {"resnet50": 4.1, "vgg16": 15.5}
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["resnet50", "vgg16"])
 def test_example_forward_flops_match_quoted_figures(name):
-    from dlsched.loader import load_model
+    from dlsched.importers.loader import load_model
     from dlsched.profiling.flops import graph_flops
 
     graph = load_model(f"examples/torch_models.py:{name}", batch=1)
@@ -116,7 +116,7 @@ def test_example_forward_flops_match_quoted_figures(name):
 
 @pytest.mark.slow
 def test_onnx_export_costs_the_same_as_torch(onnx_resnet50):
-    from dlsched.loader import load_model
+    from dlsched.importers.loader import load_model
     from dlsched.profiling.flops import graph_flops
 
     flops, unknown = graph_flops(load_model(str(onnx_resnet50), batch=1))

@@ -19,10 +19,11 @@ from hypothesis import strategies as st
 
 from dlsched.analyses.bounds import bounds
 from dlsched.errors import DlschedError
-from dlsched.exporters.baseline import read_baseline, write_baseline
-from dlsched.exporters.dag_json import load_dag, save_dag
-from dlsched.exporters.oracle_file import load_times, write_oracle
-from dlsched.exporters.priority_file import make_priority_file, read_priority_file, write_priority_file
+from dlsched.formats.baseline import read_baseline, write_baseline
+from dlsched.formats.dag_json import load_dag, save_dag
+from dlsched.formats.oracle_file import write_oracle
+from dlsched.profiling.oracle_times import load_times
+from dlsched.formats.priority_file import make_priority_file, read_priority_file, write_priority_file
 from dlsched.synthetic import random_dag
 
 SETTINGS = settings(max_examples=70, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)

@@ -7,7 +7,7 @@ import pytest
 
 from dlsched.analyses.gate import OPTION_KEYS, check_model, parse_tolerances, snapshot_model
 from dlsched.errors import DlschedError
-from dlsched.exporters.dag_json import save_dag
+from dlsched.formats.dag_json import save_dag
 from dlsched.profiling.analytic import analytic_oracle
 from dlsched.profiling.device_specs import BUILTIN
 from dlsched.synthetic import random_dag

@@ -11,8 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dlsched.exporters.dag_json import save_dag
-from dlsched.exporters.oracle_file import write_oracle
+from dlsched.formats.dag_json import save_dag
+from dlsched.formats.oracle_file import write_oracle
 from dlsched.synthetic import random_dag
 from tests.conftest import assert_clean_error, run_cli
 

@@ -118,7 +118,7 @@ def test_signal_during_an_atomic_write_leaves_no_temp_file(tmp_path, sig):
         "import signal, sys, time\n"
         "from dlsched.cli.main import _exit_on_sigterm\n"
         "signal.signal(signal.SIGTERM, _exit_on_sigterm)\n"
-        "from dlsched.exporters.atomic import atomic_open\n"
+        "from dlsched.atomic import atomic_open\n"
         f"with atomic_open({str(tmp_path / 'out.txt')!r}) as f:\n"
         "    f.write('partial'); f.flush()\n"
         "    time.sleep(60)\n"

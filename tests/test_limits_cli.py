@@ -21,8 +21,8 @@ TORCH_MODEL = "examples/torch_models.py:resnet50"  # slow to load: a refusal tha
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     """A 2-server training DAG (148 ops, 14 transfers) and its oracle."""
-    from dlsched.exporters.dag_json import save_dag
-    from dlsched.exporters.oracle_file import write_oracle
+    from dlsched.formats.dag_json import save_dag
+    from dlsched.formats.oracle_file import write_oracle
 
     d = tmp_path_factory.mktemp("limits")
     g, t = random_dag(60, 14, training=True, ps=2, seed=21)

@@ -17,7 +17,7 @@ from dlsched.analyses.multiworker import simulate_workers
 from dlsched.analyses.multiworker_bounds import busy_time, multiworker_bounds, rate, rate_ops, rate_trace
 from dlsched.analyses.simulate import simulate
 from dlsched.analyses.simulate_report import simulate_report
-from dlsched.exporters.chrome_trace import write_chrome_trace
+from dlsched.formats.chrome_trace import write_chrome_trace
 from dlsched.synthetic import random_dag
 from tests.conftest import assert_clean_error, run_cli
 

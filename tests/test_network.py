@@ -21,7 +21,7 @@ from tests.conftest import REPO, assert_clean_error, run_cli
 @pytest.fixture(scope="module")
 def dag(tmp_path_factory):
     """A synthetic training DAG and a trace covering all its compute ops (no framework needed)."""
-    from dlsched.exporters.dag_json import save_dag
+    from dlsched.formats.dag_json import save_dag
 
     d = tmp_path_factory.mktemp("net")
     g, _ = random_dag(6, 4, training=True, seed=7)

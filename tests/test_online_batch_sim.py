@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dlsched.analyses.online_batch_sim import (read_trace, replay_batch, scenario_trace, simulate_policies,
+from dlsched.planning.online_batch_sim import (read_trace, replay_batch, scenario_trace, simulate_policies,
                                                table3_trace)
 from dlsched.errors import DlschedError
 from tests.conftest import assert_clean_error, run_cli
@@ -109,7 +109,7 @@ def test_replay_cli_bad_input(tmp_path):
 
 def test_plan_batch_says_remove_the_worker_the_split_drops(tmp_path):
     """Issue 13's pair through plan-batch: fast 0.05 + 0.005·b, slow 0.3 + 0.03·b measured at 16/32/64, X = 40."""
-    from dlsched.exporters.dag_json import save_dag
+    from dlsched.formats.dag_json import save_dag
     from dlsched.synthetic import random_dag
 
     g, _ = random_dag(20, 5, training=True, seed=1)
@@ -154,7 +154,7 @@ def test_noise_keeps_the_fig8_split_near_the_optimum():
 @given(st.lists(st.tuples(st.floats(0, 1), st.floats(0.001, 0.1), st.integers(1, 80)), min_size=1, max_size=5),
        st.integers(1, 200))
 def test_bisection_optimum_equals_the_exact_split(workers, X):
-    from dlsched.analyses.online_batch_sim import SpeedTrace
+    from dlsched.planning.online_batch_sim import SpeedTrace
 
     a, s, caps = (np.array([[w[j] for w in workers]], dtype=float) for j in range(3))
     X = min(X, int(caps.sum()))

@@ -11,7 +11,7 @@ import pytest
 from dlsched.errors import DlschedError
 from dlsched.importers.onnx_importer import import_onnx
 from dlsched.profiling.onnx_profiler import profile_onnx
-from dlsched.profiling.schema import COLUMNS
+from dlsched.formats.oracle_file import COLUMNS
 
 
 def _plain_wall(path, feeds, runs=5):

@@ -14,7 +14,8 @@ import pytest
 
 from dlsched.dag import COMPUTE, RECV, Graph
 from dlsched.errors import DlschedError, DlschedWarning, OracleError
-from dlsched.exporters.oracle_file import load_times, model_batch, oracle_meta, read_oracle, write_oracle
+from dlsched.formats.oracle_file import oracle_meta, read_oracle, write_oracle
+from dlsched.profiling.oracle_times import load_times, model_batch
 from tests.conftest import assert_clean_error, run_cli
 
 SMALL_CNN = "examples/torch_models.py:small_cnn"

@@ -6,9 +6,9 @@ import json
 import pandas as pd
 import pytest
 
-from dlsched.exporters.dag_json import load_dag, save_dag
-from dlsched.exporters.oracle_file import write_oracle
-from dlsched.exporters.priority_file import read_priority_file
+from dlsched.formats.dag_json import load_dag, save_dag
+from dlsched.formats.oracle_file import write_oracle
+from dlsched.formats.priority_file import read_priority_file
 from dlsched.synthetic import random_dag
 from tests.conftest import assert_clean_error, run_cli
 
@@ -85,7 +85,7 @@ def test_order_tac_matches_library(model):
     out = model["dir"] / "lib.json"
     json_out(run_cli("order", model["dag"], "--algo", "tac", "--oracle", model["oracle"], "-o", out, "--json"))
     graph = load_dag(model["dag"])
-    from dlsched.exporters.oracle_file import load_times
+    from dlsched.profiling.oracle_times import load_times
 
     assert read_priority_file(out, graph).priorities == tac_order(graph, load_times(model["oracle"], graph))
 

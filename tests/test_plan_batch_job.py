@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 
 from dlsched.errors import DlschedError, OracleError
-from dlsched.exporters.dag_json import save_dag
-from dlsched.exporters.oracle_file import write_oracle
+from dlsched.formats.dag_json import save_dag
+from dlsched.formats.oracle_file import write_oracle
 from dlsched.planning.batch import TimeReference, oracle_compute_seconds, profiled_batch
 from dlsched.planning.batch_job import DEFAULT_MARGIN, DeviceAnswer, SplitAnswer, run_plan_batch
 from dlsched.planning.cluster_file import Worker, parse_cluster, parse_workers, read_cluster, worker_specs

@@ -13,8 +13,8 @@ from tests.conftest import REPO, assert_clean_error, run_cli
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory):
     """A synthetic training DAG (forward outputs [8, 16] float32) and its oracle."""
-    from dlsched.exporters.dag_json import save_dag
-    from dlsched.exporters.oracle_file import write_oracle
+    from dlsched.formats.dag_json import save_dag
+    from dlsched.formats.oracle_file import write_oracle
 
     d = tmp_path_factory.mktemp("plan")
     g, times = random_dag(40, 10, training=True, seed=3)
@@ -117,7 +117,7 @@ def test_bad_inputs_exit_2(synthetic, tmp_path):
 
 
 def test_inference_graph_refused(tmp_path):
-    from dlsched.exporters.dag_json import save_dag
+    from dlsched.formats.dag_json import save_dag
 
     g, _ = random_dag(10, 3, training=False)
     save_dag(g, tmp_path / "inf.dag.json")
@@ -171,7 +171,7 @@ def test_heterogeneous_iteration_time_counts_the_transfers(synthetic, tmp_path):
     """The split balances compute; every worker still waits for the transfers its compute does not hide."""
     from dlsched.analyses.orders import compute_order
     from dlsched.analyses.simulate import simulate
-    from dlsched.exporters.oracle_file import write_oracle
+    from dlsched.formats.oracle_file import write_oracle
 
     g, path, oracle, compute = synthetic
     df = pd.read_csv(oracle)

@@ -11,7 +11,8 @@ import pytest
 from dlsched.dag import COMPUTE, RECV, Graph
 from dlsched.errors import DlschedError
 from dlsched.planning.batch import plan_batch
-from dlsched.planning.memory import MemoryEstimate, graph_batch, saved_activations, static_estimate
+from dlsched.graph_batch import graph_batch
+from dlsched.planning.memory import MemoryEstimate, saved_activations, static_estimate
 from dlsched.synthetic import random_dag
 from tests.conftest import CACHE, run_cli
 
@@ -164,8 +165,8 @@ def test_static_plan_holds_small_cnn():
 # -- static vs measured on ResNet-50 -------------------------------------------
 
 def _resnet_training_graph(batch):
-    from dlsched.exporters.dag_json import load_dag, save_dag
-    from dlsched.loader import load_model
+    from dlsched.formats.dag_json import load_dag, save_dag
+    from dlsched.importers.loader import load_model
 
     path = CACHE / f"plan_resnet50_training_b{batch}.dag.json"
     if path.exists():

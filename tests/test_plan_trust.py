@@ -18,7 +18,8 @@ import pytest
 from dlsched.dag import COMPUTE, RECV, Graph
 from dlsched.errors import DlschedError
 from dlsched.planning.batch import plan_batch
-from dlsched.planning.memory import MemoryEstimate, graph_batch, saved_activations, static_estimate
+from dlsched.graph_batch import graph_batch
+from dlsched.planning.memory import MemoryEstimate, saved_activations, static_estimate
 from tests.conftest import assert_clean_error, run_cli
 
 TRANSFORMER = "examples/torch_models.py:transformer"
@@ -121,7 +122,7 @@ def test_mirrored_backward_keeps_inputs_outputs_or_nothing_by_op_type():
 
 def test_onnx_and_torch_static_estimates_agree(onnx_transformer):
     """Before: the mirrored backward kept every forward output (ONNX transformer 11.4 MiB/sample, torch 4.3)."""
-    from dlsched.loader import load_model
+    from dlsched.importers.loader import load_model
 
     torch_est = static_estimate(load_model(TRANSFORMER, mode="training", batch=2))
     onnx_est = static_estimate(load_model(str(onnx_transformer), mode="training", batch=2))
@@ -167,7 +168,7 @@ def test_measured_transformer_is_linear_from_small_batches():
 
 
 def _torch_graph(spec, batch=2):
-    from dlsched.loader import load_model
+    from dlsched.importers.loader import load_model
 
     return load_model(spec, mode="training", batch=batch)
 
@@ -202,7 +203,7 @@ def _export_vit(path):
 
 
 def test_vit_torch_onnx_and_measured_plans_agree(tmp_path):
-    from dlsched.loader import load_model
+    from dlsched.importers.loader import load_model
     from dlsched.planning.measure import measured_estimate
 
     memory = 256 * 2 ** 20

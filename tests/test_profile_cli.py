@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from dlsched.errors import OracleError
-from dlsched.exporters.oracle_file import load_times, oracle_times
+from dlsched.profiling.oracle_times import load_times, oracle_times
 from dlsched.profiling.oracle import assemble_oracle
 from dlsched.synthetic import random_dag
 from tests.conftest import REPO, assert_clean_error, run_cli
@@ -28,7 +28,7 @@ def cnn_oracle(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory):
-    from dlsched.exporters.dag_json import save_dag
+    from dlsched.formats.dag_json import save_dag
 
     d = tmp_path_factory.mktemp("syn")
     g, times = random_dag(12, 4, training=True, seed=5)
@@ -39,7 +39,7 @@ def synthetic(tmp_path_factory):
 
 @pytest.mark.slow
 def test_profile_torch_small_cnn(cnn_oracle):
-    from dlsched.loader import load_model
+    from dlsched.importers.loader import load_model
 
     out, info = cnn_oracle
     g = load_model(SMALL_CNN, batch=4)
@@ -169,7 +169,7 @@ def test_unreadable_oracle(synthetic, tmp_path):
 
 @pytest.mark.slow
 def test_profile_dispatches_to_onnx(onnx_small_cnn, tmp_path):
-    from dlsched.loader import load_model
+    from dlsched.importers.loader import load_model
 
     out = tmp_path / "onnx.csv"
     proc = run_cli("profile", onnx_small_cnn, "-o", out, "--runs", "3", "--json")
@@ -198,7 +198,7 @@ def test_profile_dispatches_to_tf_and_names_untimed(tmp_path):
     df = pd.read_csv(out)
     assert (df["source"] == "profiled").any() and (df["source"] == "network-model").sum() == 8  # 4 recv + 4 send
     untimed = set()
-    from dlsched.loader import load_model
+    from dlsched.importers.loader import load_model
     g = load_model(str(pb), mode="training")
     untimed = {op.name for op in g.compute_ops()} - set(df["op"])
     for name in untimed:  # every op without a row is named, with the warning

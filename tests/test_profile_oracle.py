@@ -7,7 +7,7 @@ import json
 import pytest
 
 from dlsched.errors import DlschedError
-from dlsched.exporters.dag_json import save_dag
+from dlsched.formats.dag_json import save_dag
 from dlsched.profiling.device_specs import BUILTIN
 from dlsched.profiling.network import LinkMeasurement
 from dlsched.profiling.oracle import build_oracle

@@ -312,8 +312,8 @@ def test_fair_sharing_speeds_up_when_a_stream_empties():
 def test_chrome_trace_and_gantt_of_figure1(tmp_path):
     import json
 
-    from dlsched.exporters.chrome_trace import write_chrome_trace
-    from dlsched.exporters.gantt import plot_gantt
+    from dlsched.formats.chrome_trace import write_chrome_trace
+    from dlsched.formats.gantt import plot_gantt
 
     g, t = figure1()
     s = simulate(g, t, {"recv1": 0, "recv2": 1})
@@ -333,7 +333,7 @@ def test_chrome_trace_and_gantt_of_figure1(tmp_path):
 
 
 def test_gantt_of_a_large_multiworker_timeline(tmp_path):
-    from dlsched.exporters.gantt import plot_gantt
+    from dlsched.formats.gantt import plot_gantt
 
     g, t = random_dag(1000, 100, training=True, ps=2, seed=1)
     r = simulate_workers(g, t, workers=2, seed=1)

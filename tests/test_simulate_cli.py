@@ -7,9 +7,10 @@ import pandas as pd
 import pytest
 
 from dlsched.analyses.simulate import simulate
-from dlsched.exporters.dag_json import load_dag, save_dag
-from dlsched.exporters.oracle_file import load_times, write_oracle
-from dlsched.exporters.priority_file import make_priority_file, write_priority_file
+from dlsched.formats.dag_json import load_dag, save_dag
+from dlsched.formats.oracle_file import write_oracle
+from dlsched.profiling.oracle_times import load_times
+from dlsched.formats.priority_file import make_priority_file, write_priority_file
 from dlsched.synthetic import random_dag
 from tests.conftest import assert_clean_error, run_cli
 

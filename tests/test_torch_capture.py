@@ -95,7 +95,7 @@ def test_hf_gpt2_inference_falls_back_to_make_fx(tmp_path):
     _no_view_reads_a_recv_alone(graph)
     assert all(op.kind == COMPUTE for op in graph.compute_ops())
     dag = tmp_path / "gpt2.dag.json"
-    from dlsched.exporters.dag_json import save_dag
+    from dlsched.formats.dag_json import save_dag
 
     save_dag(graph, dag)
     proc = run_cli("inspect", dag)

@@ -40,7 +40,7 @@ def _cfg(model, order=None, **kw):
 def test_ps_training_equals_single_process():
     import torch
     from dlsched.hooks.torch_ps import launch_local, reference_train
-    from dlsched.exporters.priority_file import PriorityFile, Transfer
+    from dlsched.formats.priority_file import PriorityFile, Transfer
     names = [n for n, _ in __import__("dlsched.hooks.torch_ps", fromlist=["x"]).load_factory(SMALL)()[0]
              .named_parameters()]
     # a priority file that interleaves the two servers and is not declaration order

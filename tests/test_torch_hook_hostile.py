@@ -191,12 +191,12 @@ def test_rank_watches_its_launcher(tmp_path):
 # -- item 7: the priority file must be for the graph being trained ---------------------------------
 
 def _graph(mode):
-    from dlsched.loader import load_model
+    from dlsched.importers.loader import load_model
     return load_model(SMALL, mode=mode, ps=2)
 
 
 def _write(tmp_path, graph, name="p.json", fmt="json"):
-    from dlsched.exporters.priority_file import make_priority_file, write_priority_file
+    from dlsched.formats.priority_file import make_priority_file, write_priority_file
     path = tmp_path / name
     pf = make_priority_file(graph, {r.name: i for i, r in enumerate(reversed(graph.recvs()))}, "test")
     write_priority_file(pf, path, fmt)
@@ -229,7 +229,7 @@ def test_priority_file_for_another_graph_is_refused(tmp_path):
                          ids=["no-fingerprint", "no-model", "empty-fingerprint"])
 def test_json_priority_file_without_fingerprint_is_refused(tmp_path, edit):
     from dlsched.errors import PriorityFileError
-    from dlsched.exporters.priority_file import read_priority_file
+    from dlsched.formats.priority_file import read_priority_file
     from dlsched.hooks.torch_ps import config_from_priority_file
     path = _write(tmp_path, _graph("training"))
     doc = json.loads(path.read_text())

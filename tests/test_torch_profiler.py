@@ -13,7 +13,7 @@ from dlsched.importers.torch_importer import import_factory
 from dlsched.profiling.torch_profiler import profile_torch
 
 EX = "examples/torch_models.py"
-from dlsched.profiling.schema import COLUMNS
+from dlsched.formats.oracle_file import COLUMNS
 ATTEMPTS = 3  # the machine is shared: a ratio outside the band is re-measured before it counts
 
 

@@ -17,7 +17,7 @@ SMALL_CNN = "examples/torch_models.py:small_cnn"
 @pytest.fixture(scope="module")
 def dag_and_trace(tmp_path_factory):
     """A synthetic DAG saved as .dag.json and a Chrome trace naming its ops, 3 iterations each."""
-    from dlsched.exporters.dag_json import save_dag
+    from dlsched.formats.dag_json import save_dag
 
     d = tmp_path_factory.mktemp("trace")
     g, times = random_dag(30, 6, training=True, seed=3)
@@ -133,7 +133,7 @@ def test_tf_timeline_args_name(tmp_path):
 
 
 def test_partial_trace_warns_and_default_time_fills(tmp_path):
-    from dlsched.exporters.dag_json import save_dag
+    from dlsched.formats.dag_json import save_dag
 
     g, _ = random_dag(6, 2, seed=2)
     save_dag(g, tmp_path / "m.dag.json")
@@ -225,7 +225,7 @@ def test_torch_profiler_trace_training(tmp_path):
     assert proc.returncode == 0, proc.stderr
     tr = json.loads(proc.stdout)["trace"]
     # Every op with a kernel (not Python tuple indexing or detach bookkeeping) should be found.
-    from dlsched.loader import load_model
+    from dlsched.importers.loader import load_model
     g = load_model(SMALL_CNN, mode="training", batch=4)
     kernels = [op.name for op in g.compute_ops() if normalize_type(op.op_type) not in ("getitem", "detach")]
     matched = set(kernels) - set(tr["unmatched_ops"])

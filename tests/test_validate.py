@@ -43,7 +43,7 @@ def test_timeline_frame_is_the_simulator_schema_and_rates():
 
 
 def test_trace_round_trip(tmp_path):
-    from dlsched.exporters.chrome_trace import write_chrome_trace
+    from dlsched.formats.chrome_trace import write_chrome_trace
     tl = Timeline([_record(w, 0, 0.0) for w in range(2)])
     write_chrome_trace(tl.frame(), tmp_path / "t.json")
     back = trace_frame(tmp_path / "t.json")

@@ -42,8 +42,8 @@ def compute_orders(mode: str, batch: int, rate_bytes: float) -> dict[str, list[s
     """Priority orders (parameter names, first first) for topo, TIC and TAC."""
     from dlsched.analyses.tac import tac_order
     from dlsched.analyses.tic import tic_order
-    from dlsched.exporters.oracle_file import oracle_times
-    from dlsched.exporters.priority_file import make_priority_file
+    from dlsched.profiling.oracle_times import oracle_times
+    from dlsched.formats.priority_file import make_priority_file
     from dlsched.importers.torch_importer import import_factory
     from dlsched.profiling.oracle import assemble_oracle
     from dlsched.profiling.torch_profiler import profile_torch
@@ -130,7 +130,7 @@ def main() -> int:
 
 
 def report(results: dict) -> int:
-    from dlsched.exporters.atomic import atomic_write_text
+    from dlsched.atomic import atomic_write_text
     runs = results["runs"]
     lines = ["| mode | order | it/s | mean (ms) | p95 (ms) | straggler mean | straggler max |",
              "|---|---|---|---|---|---|---|"]

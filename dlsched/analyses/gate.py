@@ -7,12 +7,12 @@ document with the options that decided the figures. :func:`check_model` is
 ``dlsched check``: the same figures, recomputed with the baseline's options
 (any given again override them), compared metric by metric
 (:func:`~dlsched.analyses.regression.compare_metrics`), and the exit it
-calls for. Reading and writing the files is :mod:`dlsched.exporters.baseline`'s.
+calls for. Reading and writing the files is :mod:`dlsched.formats.baseline`'s.
 
 Examples
 --------
 >>> import os, tempfile
->>> from dlsched.exporters.dag_json import save_dag
+>>> from dlsched.formats.dag_json import save_dag
 >>> from dlsched.synthetic import random_dag
 >>> g, _ = random_dag(4, 2, training=True)
 >>> path = os.path.join(tempfile.mkdtemp(), "m.dag.json"); save_dag(g, path)
@@ -115,7 +115,7 @@ def parse_tolerances(items: Iterable[str]) -> dict[str, float]:
 
 def _gate_times(graph: Graph, options: dict) -> dict[str, float]:
     """Every op's time: from ``options['oracle']``, or the analytic estimate on ``options['device_spec']``."""
-    from dlsched.exporters.oracle_file import load_times, oracle_times
+    from dlsched.profiling.oracle_times import load_times, oracle_times
     from dlsched.profiling.device_specs import load_device_spec
     from dlsched.profiling.oracle import build_oracle
 
@@ -144,7 +144,7 @@ def snapshot_model(options: dict, tolerance_for: Iterable[str] = (),
     tolerance_for : iterable of str
         ``METRIC=TOL`` tolerances to store in the baseline (:func:`parse_tolerances`).
     load : callable, optional
-        Loads the model, called as :func:`dlsched.loader.load_model` (the
+        Loads the model, called as :func:`dlsched.importers.loader.load_model` (the
         default) with ``model`` … ``buffers``; a command passes its own loader.
 
     Returns
@@ -161,7 +161,7 @@ def snapshot_model(options: dict, tolerance_for: Iterable[str] = (),
 
     tolerances = parse_tolerances(tolerance_for)
     if load is None:
-        from dlsched.loader import load_model as load
+        from dlsched.importers.loader import load_model as load
     model_kw = {k: options[k] for k in _MODEL_KEYS if k in options}
     graph = load(**model_kw)
     largest = None
@@ -197,7 +197,7 @@ def check_model(baseline: dict, options: dict, given: Iterable[str] = (), tolera
     Parameters
     ----------
     baseline : dict
-        A baseline document (:func:`dlsched.exporters.baseline.read_baseline`).
+        A baseline document (:func:`dlsched.formats.baseline.read_baseline`).
     options : dict
         ``model`` and the options of this run.
     given : iterable of str

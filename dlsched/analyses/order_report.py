@@ -33,7 +33,7 @@ class OrderReport:
     ----------
     model, mode : str
         The graph's name and mode.
-    priority_file : dlsched.exporters.priority_file.PriorityFile
+    priority_file : dlsched.formats.priority_file.PriorityFile
         The order, ready to write (it records the oracle's hash when there was one).
     compared : pandas.DataFrame or None
         With times: the order's row, then the unordered baseline's (see
@@ -97,8 +97,8 @@ def order_report(graph: Graph, algo: str, times: Mapping[str, float] | None = No
     DlschedError
         ``tac``/``exact`` without times, an exact search too large.
     """
-    from dlsched.exporters.oracle_file import oracle_hash
-    from dlsched.exporters.priority_file import make_priority_file
+    from dlsched.formats.oracle_file import oracle_hash
+    from dlsched.formats.priority_file import make_priority_file
 
     from .bounds import bounds
     from .compare import compare_orders, exact_search, order_priorities

@@ -36,7 +36,7 @@ import networkx as nx
 
 from dlsched.dag import RECV, Graph
 from dlsched.errors import OracleError
-from dlsched.profiling.schema import MAX_OP_SECONDS, is_valid_time
+from dlsched.op_times import MAX_OP_SECONDS, is_valid_time
 
 #: Bits of headroom for exact integer times: the sum of all times is < 2**60.
 _EXACT_BITS = 60

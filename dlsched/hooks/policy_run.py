@@ -142,7 +142,7 @@ def train_with_policy(model: str, *, workers: int = 4, servers: int = 1, global_
 
 def frames(runs: dict):
     """``(steps, iterations)`` DataFrames of runs ``{label: train_with_policy(...)}`` for
-    :func:`dlsched.exporters.batch_plot.plot_batches` (one column per label)."""
+    :func:`dlsched.formats.batch_plot.plot_batches` (one column per label)."""
     import pandas as pd
     steps, iters = [], []
     for label, r in runs.items():

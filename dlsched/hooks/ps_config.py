@@ -254,7 +254,7 @@ def config_from_priority_file(model: str, priority_file, **kw) -> PSConfig:
     model : str
         The factory spec, as for :class:`PSConfig`.
     priority_file : PriorityFile or path
-        A :class:`~dlsched.exporters.priority_file.PriorityFile` or a path to one.
+        A :class:`~dlsched.formats.priority_file.PriorityFile` or a path to one.
     **kw
         Other :class:`PSConfig` settings (``mode``, ``servers``, ...).
 
@@ -269,7 +269,7 @@ def config_from_priority_file(model: str, priority_file, **kw) -> PSConfig:
     ImportFailure
         ``model`` cannot be imported to compute its fingerprint.
     """
-    from dlsched.exporters.priority_file import PriorityFile, read_priority_file
+    from dlsched.formats.priority_file import PriorityFile, read_priority_file
     if isinstance(priority_file, PriorityFile):
         pf, where = priority_file, "the priority file"
     else:
@@ -297,7 +297,7 @@ def check_priority_file(cfg: PSConfig, pf, where: str = "the priority file") -> 
     ------
     PriorityFileError, ImportFailure
     """
-    from dlsched.exporters.priority_file import check_against
+    from dlsched.formats.priority_file import check_against
 
     from .ps_model import check_names, parameter_names  # imports torch: only when a file is checked
     if pf.fingerprint is not None:
@@ -307,7 +307,7 @@ def check_priority_file(cfg: PSConfig, pf, where: str = "the priority file") -> 
                 f"{where}: cannot check its fingerprint for model {cfg.model!r} called with "
                 f"{sorted(cfg.model_kwargs)}; wrap those arguments in a factory of their own and run "
                 "dlsched order on it, or use a TicTac file (checked by transfer names only)")
-        from dlsched.loader import load_model
+        from dlsched.importers.loader import load_model
         graph = load_model(cfg.model, mode=cfg.mode, batch=cfg.model_kwargs.get("batch"))
         check_against(pf, graph, where)
         expected = [r.name for r in graph.recvs()]

@@ -30,7 +30,7 @@ _VAR_OPS = {"VariableV2", "Variable", "VarHandleOp", "Placeholder"}
 
 
 def _order_list(order) -> list[str]:
-    from dlsched.exporters.priority_file import PriorityFile
+    from dlsched.formats.priority_file import PriorityFile
     if isinstance(order, PriorityFile):
         return order.order
     return list(order)

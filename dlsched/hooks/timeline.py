@@ -144,7 +144,7 @@ class Timeline:
     def frame(self, skip: int = 0):
         """Every recorded op as rows ``worker, iteration, op, kind, resource, start, end, priority``.
 
-        The schema of a simulated timeline (:func:`dlsched.exporters.chrome_trace.chrome_trace`
+        The schema of a simulated timeline (:func:`dlsched.formats.chrome_trace.chrome_trace`
         writes both): parameter transfers are ``recv`` on ``ps:K/down`` from the
         server's send to the arrival, gradient sends ``send`` (``NAME/grad``) on
         ``ps:K/up``, and each iteration's compute the ``compute`` ops
@@ -194,7 +194,7 @@ class Timeline:
         return cls(recs)
 
     def save(self, path: str | Path) -> None:
-        from dlsched.exporters.atomic import atomic_write_text
+        from dlsched.atomic import atomic_write_text
         atomic_write_text(path, json.dumps(self.to_dict()))
 
     @classmethod

@@ -316,7 +316,7 @@ def in_situ_oracle(model: str, graph, link, threads: int, runs: int = 5) -> InSi
     """
     import warnings
 
-    from dlsched.exporters.oracle_file import oracle_times
+    from dlsched.profiling.oracle_times import oracle_times
     from dlsched.profiling.oracle import build_oracle
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # noisy ops are expected here: the oracle takes medians
@@ -479,7 +479,7 @@ def run_validation(model: str, *, workers: int = 2, servers: int = 1, rate: str 
         rank.
     """
     from dlsched.analyses.links import LINK_POLICIES
-    from dlsched.loader import detect_format, load_model
+    from dlsched.importers.loader import detect_format, load_model
 
     from . import netns
     from .ps_config import check_settings
@@ -596,7 +596,7 @@ def validation_outputs(v: Validation, sharing: str | None = None, trace_out: str
     from pathlib import Path
 
     from dlsched.analyses.links import DEFAULT_SHARING
-    from dlsched.exporters.chrome_trace import write_chrome_trace
+    from dlsched.formats.chrome_trace import write_chrome_trace
     sharing = sharing or DEFAULT_SHARING
     out = report(v, sharing)
     out["link_models"] = {}
@@ -618,7 +618,7 @@ def validation_outputs(v: Validation, sharing: str | None = None, trace_out: str
                                              "mode": v.mode, "hosts": v.hosts["note"]})
                 out["traces"][name] = str(path)
         if plot:
-            from dlsched.exporters.validate_plot import write_validate_plot
+            from dlsched.formats.validate_plot import write_validate_plot
             write_validate_plot(out, plot, fig12_points(v, sharing))
             out["plot"] = str(plot)
     except OSError as e:

@@ -62,11 +62,10 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlsched.dag import COMPUTE, RECV, Graph, add_gradient_sends, fold_parameter_views
+from dlsched.dag import COMPUTE, MODES, RECV, Graph, add_gradient_sends, fold_parameter_views
 from dlsched.errors import ImportFailure
 from dlsched.factory import call_factory, training_loss
 
-MODES = ("inference", "training")
 CAPTURES = ("symbolic_trace", "make_fx")
 # Module attributes a FLOP / memory cost model needs, by module class.
 _MODULE_ATTRS = (

@@ -77,7 +77,7 @@ def oracle_compute_seconds(path, graph=None) -> float:
     """Σ compute-op time of a time-oracle file: one step at the batch it was profiled at.
 
     With ``graph``, the oracle is mapped onto the model by
-    :func:`~dlsched.exporters.oracle_file.load_times` (which refuses one made in
+    :func:`~dlsched.profiling.oracle_times.load_times` (which refuses one made in
     another mode; its batch may differ, the time curve scales it) and the
     model's compute ops are summed; an op the oracle lacks counts 0 s (as a
     file that times only the compute ops should). Without a graph (a measured
@@ -92,7 +92,7 @@ def oracle_compute_seconds(path, graph=None) -> float:
     Examples
     --------
     >>> import pandas as pd, tempfile, pathlib
-    >>> from dlsched.exporters.oracle_file import write_oracle
+    >>> from dlsched.formats.oracle_file import write_oracle
     >>> from dlsched.synthetic import random_dag
     >>> g, times = random_dag(6, 2, training=True, seed=0)
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "oracle.csv"
@@ -104,7 +104,8 @@ def oracle_compute_seconds(path, graph=None) -> float:
     import pandas as pd
 
     from dlsched.errors import OracleError
-    from dlsched.exporters.oracle_file import load_times, read_oracle
+    from dlsched.formats.oracle_file import read_oracle
+    from dlsched.profiling.oracle_times import load_times
 
     if graph is not None:
         times = load_times(path, graph, default_time=0.0, any_batch=True)
@@ -138,9 +139,9 @@ def profiled_batch(batch: int | None, graph=None, unknown: str = "pass --batch",
     ...
     dlsched.errors.DlschedError: --oracle needs --batch
     """
-    from dlsched.exporters.oracle_file import oracle_batch
+    from dlsched.formats.oracle_file import oracle_batch
 
-    from .memory import graph_batch
+    from dlsched.graph_batch import graph_batch
 
     at = (oracle_batch(oracle) if oracle is not None else None) or batch
     at = at or (graph_batch(graph) if graph is not None else None)
@@ -155,7 +156,7 @@ def oracle_time_curve(path, graph, batch: int) -> Callable[[float], float]:
     Examples
     --------
     >>> import pandas as pd, tempfile, pathlib
-    >>> from dlsched.exporters.oracle_file import write_oracle
+    >>> from dlsched.formats.oracle_file import write_oracle
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "oracle.csv"
     >>> write_oracle(pd.DataFrame({"op": ["conv"], "time": [0.2], "resource": ["compute"]}), path)
     >>> oracle_time_curve(path, None, 8)(32)

@@ -10,7 +10,7 @@ or the per-worker split (:mod:`dlsched.planning.hetero`) over the workers of
 Examples
 --------
 >>> import tempfile, pathlib
->>> from dlsched.exporters.dag_json import save_dag
+>>> from dlsched.formats.dag_json import save_dag
 >>> from dlsched.synthetic import random_dag
 >>> path = pathlib.Path(tempfile.mkdtemp()) / "m.dag.json"
 >>> save_dag(random_dag(6, 3, training=True, seed=2)[0], path)
@@ -114,11 +114,11 @@ def _memory_model(model, optimizer, dtype, measure_batches, device, batch, buffe
 
         est, points = measured_estimate(model, measure_batches, optimizer, device, time_steps=True)
         return est, None, points
-    from dlsched.loader import load_model
+    from dlsched.importers.loader import load_model
 
     from .memory import static_estimate
 
-    from dlsched.loader import detect_format
+    from dlsched.importers.loader import detect_format
 
     # on a saved DAG, --batch only says which batch the oracle was profiled at
     graph = load_model(model, mode="training", batch=None if detect_format(model) == "dag" else batch,
@@ -143,7 +143,7 @@ def _reference(oracle, graph, batch, points, device) -> batchplan.TimeReference:
 def _exposed_transfers(oracle: str, graph) -> float:
     """Seconds of a simulated single-worker iteration (TAC) that its compute does not fill: the transfers
     every worker waits for whatever its batch (see :mod:`dlsched.planning.cluster_inputs`)."""
-    from dlsched.exporters.oracle_file import load_times
+    from dlsched.profiling.oracle_times import load_times
 
     from .cluster_inputs import lemma_inputs
 
@@ -189,7 +189,7 @@ def run_plan_batch(model: str, memory: float | None = None, margin: float | None
     max_work : int, optional
         Overrides :data:`dlsched.limits.PLAN_BATCH` for the exact split.
     algorithms : str, optional
-        A per-layer algorithm table (:mod:`dlsched.exporters.algorithm_table`):
+        A per-layer algorithm table (:mod:`dlsched.formats.algorithm_table`):
         pick the batch with the most samples/s instead of the largest
         (:func:`~dlsched.planning.fastest_batch.fastest_batch`), one device only.
     batch_range : (int, int), optional
@@ -235,7 +235,7 @@ def run_plan_batch(model: str, memory: float | None = None, margin: float | None
                            "--worker/--cluster")
     est, graph, points = _memory_model(model, optimizer, dtype, measure_batches, device, batch, buffers)
     if algorithms is not None:
-        from dlsched.exporters.algorithm_table import read_algorithm_table
+        from dlsched.formats.algorithm_table import read_algorithm_table
 
         from .fastest_batch import LinearMemory, fastest_batch
 

@@ -178,7 +178,7 @@ def fastest_batch(table, memory_left: Callable[[int], float], batch_range: tuple
     Parameters
     ----------
     table : pandas.DataFrame
-        An algorithm table (:mod:`dlsched.exporters.algorithm_table`): time
+        An algorithm table (:mod:`dlsched.formats.algorithm_table`): time
         and workspace of each layer's algorithms at each batch. The batches
         evaluated are the table's batches inside the range, nothing in between.
     memory_left : callable
@@ -203,7 +203,7 @@ def fastest_batch(table, memory_left: Callable[[int], float], batch_range: tuple
         number of classes, a table with no batch in the range, a
         ``memory_left`` that is not a number, or no batch that fits.
     """
-    from dlsched.exporters.algorithm_table import validate_algorithm_table
+    from dlsched.formats.algorithm_table import validate_algorithm_table
 
     check_constraint(constraint)
     lo, hi = _check_inputs(batch_range, num_classes)

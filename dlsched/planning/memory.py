@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections import Counter
 from dataclasses import dataclass, field
 
 import networkx as nx
 
 from dlsched.dag import COMPUTE, RECV, Graph, dtype_size
 from dlsched.errors import DlschedError, DlschedWarning
+from dlsched.graph_batch import floating, graph_batch, symbolic_batch_error, unknown_batch
 
 OPTIMIZER_STATE_COPIES = {"sgd": 0, "momentum": 1, "adam": 2}
 PARAMETER_DTYPES = frozenset({"float64", "double", "float32", "float", "float16", "half", "bfloat16",
@@ -240,62 +240,6 @@ def _output_bytes(op) -> int | None:
     return total
 
 
-def _floating(op) -> bool:
-    """``op``'s first output is floating point (or of unknown dtype); shape arithmetic is not."""
-    return not op.dtypes or str(op.dtypes[0]).replace("torch.", "").startswith(("float", "bfloat", "half", "double"))
-
-
-def _unknown_batch(op) -> bool:
-    """``op``'s first output is a floating-point tensor of rank ≥ 2 whose first dimension is unknown."""
-    shape = (op.output_shapes or [None])[0]
-    return bool(shape) and len(shape) >= 2 and shape[0] is None and _floating(op)
-
-
-def _symbolic_batch_error(graph: Graph, count: int) -> DlschedError:
-    return DlschedError(
-        f"model {graph.name!r} has a symbolic batch dimension: {count} of its forward tensors have no batch size, "
-        "so their memory cannot be counted (a plan would treat them as empty and answer an absurd batch). "
-        "Pass --batch N to import it at a fixed batch; the plan scales linearly from it, so N=1 will do.")
-
-
-def graph_batch(graph: Graph) -> int:
-    """The batch size a graph was imported at.
-
-    Taken from ``graph.source["batch"]`` when the importer recorded it, else the
-    most common leading dimension of the forward floating-point outputs of
-    rank ≥ 2 (shape arithmetic such as ``Shape → [3]`` is not a batch).
-
-    Raises
-    ------
-    DlschedError
-        When neither is available, or the batch dimension is symbolic
-        (unknown leading dimensions): the message asks for ``--batch``.
-
-    Examples
-    --------
-    >>> from dlsched.dag import COMPUTE, Graph
-    >>> g = Graph("m", "training")
-    >>> _ = g.add_op("conv", COMPUTE, output_shapes=[[None, 64, 56, 56]], dtypes=["float32"])
-    >>> graph_batch(g)
-    Traceback (most recent call last):
-    ...
-    dlsched.errors.DlschedError: model 'm' has a symbolic batch dimension: 1 of its forward tensors have no batch size, so their memory cannot be counted (a plan would treat them as empty and answer an absurd batch). Pass --batch N to import it at a fixed batch; the plan scales linearly from it, so N=1 will do.
-    """
-    b = graph.source.get("batch") if graph.source else None
-    if b:
-        return int(b)
-    forward = [op for op in graph.compute_ops() if op.phase == "forward"]
-    symbolic = sum(_unknown_batch(op) for op in forward)
-    if symbolic:
-        raise _symbolic_batch_error(graph, symbolic)
-    lead = Counter(int(s[0]) for op in forward for s in (op.output_shapes or [])[:1]
-                   if s and len(s) >= 2 and s[0] is not None and _floating(op))
-    if not lead:
-        raise DlschedError(f"model {graph.name!r}: cannot tell the graph's batch size (no output shapes and no "
-                           "recorded batch); pass --batch")
-    return lead.most_common(1)[0][0]
-
-
 # A backward that only mirrors the forward (the ONNX importer's ``f/grad``, marked
 # ``attrs["forward"] = f``) says when it runs, not what it reads. What autograd keeps
 # for the backward of each op type: "self", each input that needs a gradient (the
@@ -453,7 +397,7 @@ def saved_activations(graph: Graph) -> tuple[dict[str, int], list[str]]:
     unknown: dict[str, None] = {}
     for name in nx.topological_sort(graph.nx):
         op = ops[name]
-        if op.kind == RECV or (op.kind == COMPUTE and op.phase == "forward" and _floating(op)
+        if op.kind == RECV or (op.kind == COMPUTE and op.phase == "forward" and floating(op)
                                and any(p in needs_grad for p in graph.predecessors(name))):
             needs_grad.add(name)
         if op.kind != COMPUTE or op.phase != "forward":
@@ -523,9 +467,9 @@ def static_estimate(graph: Graph, optimizer: str = "sgd", dtype: str | None = No
     saved, unknown = saved_activations(graph)
     # No batch fixed at import (a batch given for a saved DAG does not change its shapes): the unknown
     # leading dimensions are the batch. With one fixed, they are shapes inference lost (a warning below).
-    symbolic = [] if (graph.source or {}).get("batch") else [n for n in unknown if _unknown_batch(graph.op(n))]
+    symbolic = [] if (graph.source or {}).get("batch") else [n for n in unknown if unknown_batch(graph.op(n))]
     if symbolic:
-        raise _symbolic_batch_error(graph, len(symbolic))
+        raise symbolic_batch_error(graph, len(symbolic))
     largest = 0
     for op in graph.compute_ops():
         # per-sample tensors only: a leading batch dimension (parameter views like t(weight) are not)

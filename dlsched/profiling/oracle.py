@@ -17,7 +17,7 @@ names the ops whose median over the runs exceeds their minimum by more than
 Policy for untimed ops: the oracle is still written without them (it is
 useful as it stands), the command warns and exits 0, and analyses refuse the
 partial oracle until they are given ``--default-time``
-(:func:`dlsched.exporters.oracle_file.oracle_times`).
+(:func:`dlsched.profiling.oracle_times.oracle_times`).
 """
 from __future__ import annotations
 
@@ -370,7 +370,7 @@ def build_oracle(graph: Graph, *, spec: DeviceSpec | None = None, trace: str | N
 
 def _batch(graph: Graph, spec: DeviceSpec | None) -> int | None:
     """The batch the times describe: an estimate's is its shapes'; a trace's is only known from ``--batch``."""
-    from dlsched.exporters.oracle_file import model_batch
+    from dlsched.profiling.oracle_times import model_batch
 
     return model_batch(graph)[0] if spec is not None else graph.source.get("batch")
 
@@ -416,7 +416,7 @@ _PROFILERS = {"torch": ("dlsched.profiling.torch_profiler", "profile_torch"),
 
 
 def runnable_format(model: str) -> str:
-    """``model``'s format (:func:`dlsched.loader.detect_format`) when a framework profiler can run it.
+    """``model``'s format (:func:`dlsched.importers.loader.detect_format`) when a framework profiler can run it.
 
     Raises
     ------
@@ -428,7 +428,7 @@ def runnable_format(model: str) -> str:
     >>> runnable_format("examples/torch_models.py:small_cnn")
     'torch'
     """
-    from dlsched.loader import detect_format
+    from dlsched.importers.loader import detect_format
 
     fmt = detect_format(model)
     if fmt not in _PROFILERS:

@@ -68,7 +68,7 @@ def profile_model(model: str, *, mode: str | None = None, batch: int | None = No
     max_work : int, optional
         Op runs allowed (:data:`dlsched.limits.PROFILE`).
     load : callable, optional
-        Loads the model, called as :func:`dlsched.loader.load_model` (the
+        Loads the model, called as :func:`dlsched.importers.loader.load_model` (the
         default) with ``model`` … ``buffers``; a command passes its own loader.
     say : callable, optional
         Called with a line before a long wait (the network measurement).
@@ -108,7 +108,7 @@ def profile_model(model: str, *, mode: str | None = None, batch: int | None = No
     if runs_model:
         runnable_format(model)
     if load is None:
-        from dlsched.loader import load_model as load
+        from dlsched.importers.loader import load_model as load
     graph = load(model=model, mode=mode, batch=batch, ps=ps, ps_strategy=ps_strategy, buffers=buffers)
     if runs_model:
         limits.check_work(limits.profile_work(len(graph.compute_ops()), runs, warmup), limits.PROFILE, "profile",

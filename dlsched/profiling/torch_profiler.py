@@ -34,7 +34,7 @@ from typing import Any, Callable
 from dlsched.dag import Graph
 from dlsched.devices import check_device
 from dlsched.errors import DlschedError
-from dlsched.exporters.oracle_file import model_batch
+from dlsched.profiling.oracle_times import model_batch
 
 from .schema import check_threads, oracle_frame, oracle_row
 

@@ -111,7 +111,7 @@ def read_trace_events(path: str | Path) -> list[dict]:
 
     The one reader of these files: :func:`load_trace` (op times) and
     :func:`dlsched.analyses.bounds.trace_makespan` (a measured makespan) both
-    use it. It lives here rather than in :mod:`dlsched.exporters`, whose
+    use it. It lives here rather than in :mod:`dlsched.formats`, whose
     modules write dlsched's own files and depend on the library, not the
     other way round; these traces come from other tools (PyTorch profiler,
     TF timelines, Perfetto) and are read by the library itself.

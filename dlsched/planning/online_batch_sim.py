@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dlsched.errors import DlschedError
-from dlsched.planning.batch_policies import make_policy
-from dlsched.planning.hetero import split_exact
+from .batch_policies import make_policy
+from .hetero import split_exact
 
 SCENARIOS = ("fig8", "step", "periodic", "random", "table3")
 

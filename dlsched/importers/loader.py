@@ -5,14 +5,11 @@ folder, a ``.dag.json``, or a PyTorch factory ``path/to/file.py:fn`` /
 ``package.module:fn`` where ``fn()`` returns ``(module, example_inputs)``.
 Frameworks are imported only by the importer that needs them.
 
-A ``.dag.json`` is read by :func:`dlsched.exporters.dag_json.load_dag`, the
+A ``.dag.json`` is read by :func:`dlsched.formats.dag_json.load_dag`, the
 format's one home: it sits beside ``save_dag``, so the file a run writes and
 the file a later run reads are defined in one module, and there is no second
-reader here to drift from it. The import points the right way: modules in
-:mod:`dlsched.exporters` (installed as a subpackage of ``dlsched``) build on
-the core (:mod:`dlsched.dag`, :mod:`dlsched.errors`) and never on this
-loader, so the loader, which sits above both the importers and the file
-formats, may use them without a cycle. The document's schema itself is
+reader here to drift from it. The import points down: :mod:`dlsched.formats`
+builds on the core only, and the importers' layer sits above it. The document's schema itself is
 :meth:`dlsched.dag.Graph.to_dict` / :meth:`~dlsched.dag.Graph.from_dict`;
 ``load_dag`` adds only file I/O and error messages naming the file.
 """
@@ -21,12 +18,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from dlsched.exporters.dag_json import load_dag
+from dlsched.formats.dag_json import load_dag
 
-from .dag import Graph
-from .errors import ImportFailure
+from dlsched.dag import MODES, Graph
+from dlsched.errors import ImportFailure
 
-MODES = ("inference", "training")
 _FACTORY = re.compile(r"^(?P<target>.+?):(?P<fn>[A-Za-z_][A-Za-z0-9_]*)$")
 
 
@@ -101,16 +97,16 @@ def load_model(model: str, mode: str | None = None, batch: int | None = None, ps
         graph = load_dag(model)
         _check_saved_options(model, graph, mode, batch, buffers)
     elif fmt == "onnx":
-        from .importers.onnx_importer import import_onnx
+        from .onnx_importer import import_onnx
         graph = import_onnx(model, mode=mode, batch=batch, buffers=buffers)
     elif fmt == "graphdef":
-        from .importers.tf_importer import import_graphdef
+        from .tf_importer import import_graphdef
         graph = import_graphdef(model, mode=mode, batch=batch, frozen_consts=frozen_consts)
     elif fmt == "savedmodel":
-        from .importers.tf_importer import import_saved_model
+        from .tf_importer import import_saved_model
         graph = import_saved_model(model, mode=mode, batch=batch)
     else:
-        from .importers.torch_importer import import_factory
+        from .torch_importer import import_factory
         graph = import_factory(model, mode=mode, batch=batch, buffers=buffers)
     graph.validate()
     if fmt != "dag" or ps is not None or ps_strategy is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .atomic import atomic_path
+from dlsched.atomic import atomic_path
 
 
 def plot_batches(steps, path: str | Path, *, iterations=None, title: str | None = None, dpi: int = 110) -> None:

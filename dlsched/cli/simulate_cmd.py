@@ -57,7 +57,7 @@ def simulate(oracle, default_time, rescale_batch, priority_path, algo, workers, 
     from dlsched.analyses.compare import parse_orders
     from dlsched.analyses.simulate_report import check_simulate_work, simulate_report
     from dlsched.errors import DlschedError
-    from dlsched.exporters.priority_file import read_priority_file
+    from dlsched.formats.priority_file import read_priority_file
 
     exclusive(priorities=priority_path, algo=algo)
     try:
@@ -93,7 +93,7 @@ def simulate(oracle, default_time, rescale_batch, priority_path, algo, workers, 
     out = dict(report.figures)
     # The exporters write atomically and report an unwritable path themselves (OutputError, exit 2).
     if trace_out:
-        from dlsched.exporters.chrome_trace import write_chrome_trace
+        from dlsched.formats.chrome_trace import write_chrome_trace
 
         write_chrome_trace(report.run.timeline, trace_out, model=graph.name,
                            metadata={"algorithm": out["algorithm"], "makespan_s": out["makespan"],
@@ -102,7 +102,7 @@ def simulate(oracle, default_time, rescale_batch, priority_path, algo, workers, 
         if "iteration" in report.run.timeline.columns:
             out["trace_iterations"] = int(report.run.timeline["iteration"].nunique())
     if plot:
-        from dlsched.exporters.gantt import plot_gantt
+        from dlsched.formats.gantt import plot_gantt
 
         tl = report.run.timeline
         first = tl[tl["iteration"] == tl["iteration"].min()] if "iteration" in tl.columns else tl
@@ -116,7 +116,7 @@ def simulate(oracle, default_time, rescale_batch, priority_path, algo, workers, 
 
 
 def _model(oracle, default_time, rescale_batch, model_kw):
-    from dlsched.exporters.oracle_file import load_times
+    from dlsched.profiling.oracle_times import load_times
 
     if not model_kw["model"] or not oracle:
         raise click.UsageError("MODEL and --oracle are needed (or --step-time SECONDS with --collective).")

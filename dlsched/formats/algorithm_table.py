@@ -35,7 +35,7 @@ import pandas as pd
 
 from dlsched.errors import DlschedError
 
-from .atomic import atomic_open
+from dlsched.atomic import atomic_open
 
 COLUMNS = ("layer", "algorithm", "batch", "time_s", "workspace_bytes")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .atomic import atomic_open
+from dlsched.atomic import atomic_open
 
 
 def write_junit(table: pd.DataFrame, path: str | Path, suite: str, note: str | None = None) -> None:

@@ -37,7 +37,7 @@ def order(algo, oracle, default_time, rescale_batch, seed, time_limit, output, f
     from dlsched.analyses.order_report import order_report
     from dlsched.analyses.orders import NEEDS_TIMES
     from dlsched.errors import DlschedError
-    from dlsched.exporters.priority_file import write_priority_file
+    from dlsched.formats.priority_file import write_priority_file
 
     if algo in NEEDS_TIMES and oracle is None:
         raise DlschedError(f"--algo {algo} needs a time oracle: pass --oracle oracle.csv (make one with "
@@ -45,7 +45,7 @@ def order(algo, oracle, default_time, rescale_batch, seed, time_limit, output, f
     graph = load_graph(**model_kw)
     times = None
     if oracle is not None:
-        from dlsched.exporters.oracle_file import load_times
+        from dlsched.profiling.oracle_times import load_times
 
         times = load_times(oracle, graph, default_time, rescale_batch=rescale_batch)
     report = order_report(graph, algo, times, seed, time_limit, max_work, reporter=progress)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .atomic import atomic_path
+from dlsched.atomic import atomic_path
 
 KIND_COLOURS = {"compute": "#4C72B0", "recv": "#DD8452", "send": "#55A868"}
 

@@ -2,7 +2,7 @@
 
 Any importer's output can be saved once and analysed later without the
 framework installed. This module is the format's one home, the writer and
-the reader: :func:`dlsched.loader.load_model` reads a ``.dag.json`` MODEL
+the reader: :func:`dlsched.importers.loader.load_model` reads a ``.dag.json`` MODEL
 through :func:`load_dag`. The document's fields are
 :meth:`dlsched.dag.Graph.to_dict` / :meth:`~dlsched.dag.Graph.from_dict`;
 this module adds the file I/O, atomic writes and error messages naming the file.
@@ -15,7 +15,7 @@ from pathlib import Path
 from dlsched.dag import Graph
 from dlsched.errors import GraphError, ImportFailure
 
-from .atomic import atomic_write_text
+from dlsched.atomic import atomic_write_text
 
 
 def save_dag(graph: Graph, path: str | Path) -> None:

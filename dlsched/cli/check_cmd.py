@@ -38,7 +38,7 @@ def snapshot(output, tolerance_for, as_json, **options):
     fingerprint and the dlsched version.
     """
     from dlsched.analyses.gate import snapshot_model
-    from dlsched.exporters.baseline import write_baseline
+    from dlsched.formats.baseline import write_baseline
 
     snap = snapshot_model(options, tolerance_for, load=load_graph)
     write_baseline(snap.doc, output)
@@ -66,14 +66,14 @@ def check(baseline, tolerance, tolerance_for, junit, update, as_json, **options)
     here overrides the recorded one.
     """
     from dlsched.analyses.gate import OPTION_KEYS, check_model
-    from dlsched.exporters.baseline import read_baseline, write_baseline
+    from dlsched.formats.baseline import read_baseline, write_baseline
 
     ctx = click.get_current_context()
     # An option overrides the baseline's only when given on the command line, not by its default.
     given = {k for k in OPTION_KEYS if ctx.get_parameter_source(k) not in (None, ParameterSource.DEFAULT)}
     result = check_model(read_baseline(baseline), options, given, tolerance, tolerance_for, update, load=load_graph)
     if junit:
-        from dlsched.exporters.junit import write_junit
+        from dlsched.formats.junit import write_junit
         write_junit(result.table, junit, suite=result.graph.name, note=result.note)
     if update:
         write_baseline(result.doc, baseline)

@@ -199,6 +199,22 @@ def progress(description: str, total: float | None = None, unit: str = "",
         bar.close()
 
 
+def gather(name: str, build: Callable[..., Any], fields: tuple[str, ...]):
+    """Decorator: hand the command the options ``fields`` as one object, ``build(**those options)``, named ``name``.
+
+    Put it directly above the function, below the options it gathers, so a
+    command's signature names a few option groups (``model``, ``oracle``,
+    ``cluster``) instead of every flag. ``build`` settles the defaults.
+    """
+    def decorate(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            kwargs[name] = build(**{f: kwargs.pop(f) for f in fields})
+            return fn(*args, **kwargs)
+        return wrapper
+    return decorate
+
+
 def model_options(fn=None, *, required: bool = True):
     """MODEL argument plus --mode, --batch, --ps, --ps-strategy, --buffers.
 
@@ -249,13 +265,13 @@ def oracle_options(required: bool = True, oracle_help: str = "Time oracle file (
 
 def load_graph(model: str, mode: str = "inference", batch: int | None = None, ps: int | None = None,
                ps_strategy: str | None = None, buffers: bool = False, **_: Any):
-    """Load MODEL with the shared options (see :func:`dlsched.loader.load_model`).
+    """Load MODEL with the shared options (see :func:`dlsched.importers.loader.load_model`).
 
     A --mode left at its default is passed as unset, so a saved DAG keeps its own.
     """
     from click.core import ParameterSource
 
-    from dlsched.loader import load_model
+    from dlsched.importers.loader import load_model
 
     ctx = click.get_current_context(silent=True)
     if ctx is not None and "mode" in ctx.params and ctx.get_parameter_source("mode") is ParameterSource.DEFAULT \
@@ -352,7 +368,7 @@ def load_optional_model(oracle, default_time, rescale_batch, why: str, **model_k
     """
     if model_kw.get("model") is None:
         return None, None
-    from dlsched.exporters.oracle_file import load_times
+    from dlsched.profiling.oracle_times import load_times
 
     if oracle is None:
         raise click.UsageError(f"MODEL needs --oracle: {why}")

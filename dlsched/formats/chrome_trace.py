@@ -13,7 +13,7 @@ import json
 import math
 from pathlib import Path
 
-from .atomic import atomic_write_text
+from dlsched.atomic import atomic_write_text
 
 
 def _resource_key(r: str):

@@ -21,7 +21,7 @@ def inspect(save, as_json, **model_kw):
     graph = load_graph(**model_kw)
     summary = summarize(graph)
     if save:
-        from dlsched.exporters.dag_json import save_dag
+        from dlsched.formats.dag_json import save_dag
         save_dag(graph, save)
     if as_json:
         emit_json(summary)

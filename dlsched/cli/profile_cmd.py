@@ -64,7 +64,7 @@ def profile(output, as_json, **options):
     need --default-time (or pass it here). More than --max-work op runs
     (compute ops × (runs + warm-up)) are refused before anything runs.
     """
-    from dlsched.exporters.oracle_file import write_oracle
+    from dlsched.formats.oracle_file import write_oracle
     from dlsched.profiling.profile_run import profile_model
 
     # The options are profile_model's parameters, by name.

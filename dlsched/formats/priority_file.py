@@ -19,7 +19,7 @@ from pathlib import Path
 from dlsched.dag import Graph
 from dlsched.errors import PriorityFileError
 
-from .atomic import atomic_write_text
+from dlsched.atomic import atomic_write_text
 
 FORMAT = "dlsched.priorities"
 VERSION = 1

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from dlsched.errors import DlschedError
 
-from .atomic import atomic_write_text
+from dlsched.atomic import atomic_write_text
 
 FORMAT = "dlsched.baseline"
 VERSION = 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .atomic import atomic_path
+from dlsched.atomic import atomic_path
 
 
 def write_validate_plot(report: dict, path: str | Path, points: list[tuple[float, float, str]] | None = None) -> None:
