@@ -8,7 +8,7 @@ CACHE ?= .cache/models
 export TF_CPP_MIN_LOG_LEVEL := 3
 export DLSCHED_CACHE := $(abspath $(CACHE))
 
-.PHONY: venv demo test gate bench clean
+.PHONY: venv demo test layers gate bench clean
 
 venv: $(STAMP)
 
@@ -21,9 +21,13 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	bash examples/demo.sh
 
-# The regression gate on the example models runs first, so pytest's summary is the last line.
-test: $(STAMP) gate
+# The layers contract and the regression gate on the example models run first, so pytest's summary is the last line.
+test: $(STAMP) layers gate
 	$(PY) -m pytest -q -p no:cacheprovider
+
+# The import-linter contract in pyproject.toml: the layers only point down.
+layers: $(STAMP)
+	$(VENV)/bin/lint-imports
 
 gate: $(STAMP)
 	bash examples/ci/gate_examples.sh
