@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dlsched.analyses.multiworker import _run_workers  # noqa: E402
+from dlsched.analyses.multiworker import run_workers  # noqa: E402
 from dlsched.analyses.simulate import compile_graph, run_compiled, simulate, transfer_ranks  # noqa: E402
 from dlsched.synthetic import random_dag  # noqa: E402
 
@@ -56,7 +56,7 @@ def main() -> int:
     rank = transfer_ranks(sg, None, seed=1)
     hot, hot_best = rate(lambda: run_compiled(sg, rank), n, args.reps)
     workers = 4
-    multi, multi_best = rate(lambda: _run_workers(sg, [sg.dur] * workers, [rank] * workers,
+    multi, multi_best = rate(lambda: run_workers(sg, [sg.dur] * workers, [rank] * workers,
                                                   list(range(workers)), "serial"), n * workers, max(3, args.reps // 4))
     t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(args.reps):

@@ -92,18 +92,18 @@ def digest(values) -> str:
 
 def observe(case, monkeypatch=None) -> dict:
     """Run one case; everything ``simulate_workers`` reports, the progress calls, and a
-    digest of every iteration's start and end times (from ``_run_workers``)."""
+    digest of every iteration's start and end times (from ``run_workers``)."""
     g, t = dag(DAGS[case["dag"]])
     runs = []
-    core = multiworker._run_workers
+    core = multiworker.run_workers
 
     def recording(sg, durs, ranks, turn, sharing, progress=None):
         start, end = core(sg, durs, ranks, turn, sharing, progress)
         runs.append(digest(v for w in range(len(durs)) for v in start[w] + end[w]))
         return start, end
 
-    saved = multiworker._run_workers, multiworker.PROGRESS_EVERY
-    multiworker._run_workers, multiworker.PROGRESS_EVERY = recording, PROGRESS_EVERY
+    saved = multiworker.run_workers, multiworker.PROGRESS_EVERY
+    multiworker.run_workers, multiworker.PROGRESS_EVERY = recording, PROGRESS_EVERY
     try:
         calls = []
         r = simulate_workers(g, t, workers=case["workers"],
@@ -112,7 +112,7 @@ def observe(case, monkeypatch=None) -> dict:
                              sharing=case["sharing"], keep_timeline=case["keep_timeline"],
                              progress=lambda done, total: calls.append([done, total]))
     finally:
-        multiworker._run_workers, multiworker.PROGRESS_EVERY = saved
+        multiworker.run_workers, multiworker.PROGRESS_EVERY = saved
     pw, pi = r.per_worker, r.per_iteration
     tl = None
     if r.timeline is not None:
@@ -139,7 +139,7 @@ LARGE = [{"sharing": s, "workers": w, "jitter": j} for s in ("serial", "fair") f
 
 
 def observe_large(case) -> str:
-    """Digest of ``_run_workers``' start and end times on the benchmark graph, random orders."""
+    """Digest of ``run_workers``' start and end times on the benchmark graph, random orders."""
     import numpy as np
 
     from dlsched.analyses.simulate import compile_graph, transfer_ranks
@@ -151,7 +151,7 @@ def observe_large(case) -> str:
     noise = rng.lognormal(-case["jitter"] ** 2 / 2, case["jitter"], size=(w, sg.n)) if case["jitter"] else 1.0
     durs = (np.asarray(sg.dur)[None, :] * np.ones((w, 1)) * noise).tolist()
     ranks = [transfer_ranks(sg, None, seed=k) for k in range(w)]
-    start, end = multiworker._run_workers(sg, durs, ranks, [(k + 1) % w for k in range(w)], case["sharing"])
+    start, end = multiworker.run_workers(sg, durs, ranks, [(k + 1) % w for k in range(w)], case["sharing"])
     return digest(v for k in range(w) for v in start[k] + end[k])
 
 
@@ -294,7 +294,7 @@ def test_exact_agreement_with_the_reference_where_floats_are_exact(gt, data, see
     sharing = data.draw(st.sampled_from(["serial", "fair"]))
     workers = data.draw(st.integers(1, 5 if sharing == "serial" else 2))
     sg, durs, ranks, turn = core_inputs(gt, workers, seed, integer=True, zero=zero)
-    assert multiworker._run_workers(sg, durs, ranks, turn, sharing) == reference_workers(sg, durs, ranks, turn,
+    assert multiworker.run_workers(sg, durs, ranks, turn, sharing) == reference_workers(sg, durs, ranks, turn,
                                                                                          sharing)
 
 
@@ -306,7 +306,7 @@ def test_compute_beside_transfers_slows_as_the_reference(gt, data, seed, overlap
     sharing = data.draw(st.sampled_from(["serial", "fair"]))
     workers = data.draw(st.integers(1, 4 if sharing == "serial" else 2))
     sg, durs, ranks, turn = core_inputs(gt, workers, seed, integer=True, zero=0.0)
-    got = multiworker._run_workers(sg, durs, ranks, turn, sharing, overlap=overlap)
+    got = multiworker.run_workers(sg, durs, ranks, turn, sharing, overlap=overlap)
     assert got == reference_workers(sg, durs, ranks, turn, sharing, overlap)
 
 
@@ -316,7 +316,7 @@ def test_compute_beside_transfers_slows_as_the_reference(gt, data, seed, overlap
 def test_agreement_with_the_exact_reference(gt, sharing, workers, seed, zero):
     """Jittered float times, any W: the same schedule up to rounding."""
     sg, durs, ranks, turn = core_inputs(gt, workers, seed, integer=False, zero=zero)
-    start, end = multiworker._run_workers(sg, durs, ranks, turn, sharing)
+    start, end = multiworker.run_workers(sg, durs, ranks, turn, sharing)
     ref_start, ref_end = reference_workers(sg, durs, ranks, turn, sharing)
     for got, ref in ((start, ref_start), (end, ref_end)):
         for w in range(workers):
@@ -364,11 +364,29 @@ def test_a_new_link_model_is_a_new_policy(monkeypatch):
     g, t = random_dag(40, 16, training=True, ps=2, seed=5)
     sg = compile_graph(g, t)
     ranks = [transfer_ranks(sg, None, seed=w) for w in range(4)]
-    start, end = multiworker._run_workers(sg, [sg.dur] * 4, ranks, [0, 1, 2, 3], "unshared")
+    start, end = multiworker.run_workers(sg, [sg.dur] * 4, ranks, [0, 1, 2, 3], "unshared")
     for w in range(4):
         assert (start[w], end[w]) == run_compiled(sg, ranks[w])
     r = simulate_workers(g, t, workers=3, priorities={x.name: 0 for x in g.recvs()}, sharing="unshared")
     assert r.sharing == "unshared" and (r.per_iteration["straggler_share"] == 0).all()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_dags, st.sampled_from(["serial", "fair"]), st.sampled_from(["tic", "tac", "topo"]))
+def test_one_worker_is_the_single_worker_simulation(gt, sharing, algo):
+    """``simulate_workers`` at W = 1 is ``simulate``, op for op: one worker alone on every link under
+    any sharing model, its order enforced (run_compiled is the one-worker fast path of run_workers)."""
+    from dlsched.analyses.orders import compute_order
+    from dlsched.analyses.simulate import simulate
+
+    g, t = gt
+    order = compute_order(g, algo, t)
+    one = simulate(g, t, order)
+    r = simulate_workers(g, t, workers=1, priorities=order, sharing=sharing)
+    tl = r.timeline.set_index("op")
+    assert tl.loc[one.names, "start"].tolist() == one.starts.tolist()
+    assert tl.loc[one.names, "end"].tolist() == one.ends.tolist()
+    assert r.per_iteration["iteration_time"].iloc[0] == one.makespan
 
 
 def test_unknown_sharing_is_refused():

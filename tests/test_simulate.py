@@ -293,7 +293,7 @@ def test_link_sharing_by_hand():
 
 
 def test_fair_sharing_speeds_up_when_a_stream_empties():
-    from dlsched.analyses.multiworker import _run_workers
+    from dlsched.analyses.multiworker import run_workers
     from dlsched.analyses.simulate import compile_graph, transfer_ranks
 
     g = Graph("one")
@@ -303,9 +303,9 @@ def test_fair_sharing_speeds_up_when_a_stream_empties():
     sg = compile_graph(g, {"w": 1.0, "op": 1.0})
     rank = transfer_ranks(sg, {"w": 0})
     # worker 0's transfer is 1 s of work, worker 1's 3 s: half rate each until 2 s, then full rate
-    _, end = _run_workers(sg, [[1.0, 1.0], [3.0, 1.0]], [rank, rank], [0, 1], "fair")
+    _, end = run_workers(sg, [[1.0, 1.0], [3.0, 1.0]], [rank, rank], [0, 1], "fair")
     assert end[0] == [2.0, 3.0] and end[1] == [4.0, 5.0]
-    _, end = _run_workers(sg, [[1.0, 1.0], [3.0, 1.0]], [rank, rank], [0, 1], "serial")
+    _, end = run_workers(sg, [[1.0, 1.0], [3.0, 1.0]], [rank, rank], [0, 1], "serial")
     assert end[0] == [1.0, 2.0] and end[1] == [4.0, 5.0]
 
 

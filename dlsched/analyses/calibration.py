@@ -61,7 +61,7 @@ def compute_split(record) -> tuple[float, float]:
     (:func:`~dlsched.hooks.timeline.compute_spans`); the worker's transfers are
     in flight from the iteration's start to its last parameter's arrival and
     during each gradient's send, as in the simulator
-    (:func:`~dlsched.analyses.multiworker._run_workers`).
+    (:func:`~dlsched.analyses.multiworker.run_workers`).
 
     Examples
     --------

@@ -118,13 +118,6 @@ class MultiWorkerResult:
             "worker_efficiency": _stats(self.per_worker["efficiency"]),
         }
 
-    def summary_frame(self):
-        """:meth:`summary`'s statistics as a DataFrame (rows: metric; columns: mean, p50, p95, min, max)."""
-        import pandas as pd
-
-        s = self.summary()
-        return pd.DataFrame({k: s[k] for k in ("iteration_time", "straggler_share", "efficiency")}).T
-
 
 #: Completed op-steps between two progress reports (a report costs far more than an op-step).
 PROGRESS_EVERY = 16_384
@@ -135,10 +128,14 @@ TIMELINE_ROWS = 1_000_000
 _DONE = -1.0  # due time of a finished op: no event time equals it
 
 
-def _run_workers(sg: SimGraph, durs: list[list[float]], ranks: list[list[int]], turn: list[int],
+def run_workers(sg: SimGraph, durs: list[list[float]], ranks: list[list[int]], turn: list[int],
                  sharing: str, progress: Callable[[int], None] | None = None, overlap: float = 1.0
                  ) -> tuple[list[list[float]], list[list[float]]]:
-    """Simulate one iteration of ``len(durs)`` workers sharing the links.
+    """Simulate one iteration of ``len(durs)`` workers sharing the links: the simulator's event loop.
+
+    This is the one statement of the event loop's semantics (DESIGN §4.6): the
+    single-worker :func:`~dlsched.analyses.simulate.run_compiled` is its fast
+    path for W = 1, and the exact reference simulator of the tests checks it.
 
     A discrete-event loop over the ops of all workers (op ``i`` of worker
     ``w`` is ``g = w·n + i``). Every queue serves one op at a time: each
@@ -185,14 +182,14 @@ def _run_workers(sg: SimGraph, durs: list[list[float]], ranks: list[list[int]], 
     >>> g = Graph("one"); _ = g.add_op("w", RECV); _ = g.add_op("op", COMPUTE); g.add_edge("w", "op")
     >>> sg = compile_graph(g, {"w": 1.0, "op": 1.0})
     >>> rank = transfer_ranks(sg, {"w": 0})
-    >>> _run_workers(sg, [sg.dur] * 2, [rank] * 2, [0, 1], "serial")[1]
+    >>> run_workers(sg, [sg.dur] * 2, [rank] * 2, [0, 1], "serial")[1]
     [[1.0, 2.0], [2.0, 3.0]]
-    >>> _run_workers(sg, [sg.dur] * 2, [rank] * 2, [0, 1], "fair")[1]
+    >>> run_workers(sg, [sg.dur] * 2, [rank] * 2, [0, 1], "fair")[1]
     [[2.0, 3.0], [2.0, 3.0]]
 
     Only compute that overlaps a transfer is slowed: here none does.
 
-    >>> _run_workers(sg, [sg.dur] * 2, [rank] * 2, [0, 1], "fair", overlap=1.5)[1]
+    >>> run_workers(sg, [sg.dur] * 2, [rank] * 2, [0, 1], "fair", overlap=1.5)[1]
     [[2.0, 3.0], [2.0, 3.0]]
     """
     n, W = sg.n, len(durs)
@@ -403,7 +400,7 @@ def simulate_workers(graph: Graph, times: Mapping[str, float], workers: int = 2,
         else:
             ranks = [transfer_ranks(sg, None, int(rng.integers(2**31)), "random") for _ in range(workers)]
         turn = [(w - it) % workers for w in range(workers)]
-        start, end = _run_workers(sg, durs, ranks, turn, sharing, report)
+        start, end = run_workers(sg, durs, ranks, turn, sharing, report)
         if progress is not None:
             progress((it + 1) * per_iteration, total)
         spans = [max(e, default=0.0) for e in end]

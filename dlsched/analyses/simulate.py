@@ -20,6 +20,11 @@ The makespan is the end of the last op, so ``L ≤ makespan ≤ U`` (TicTac §3.
 
 The hot loop works on integer indices and plain lists with ``heapq`` (no
 networkx), so a schedule of thousands of ops takes milliseconds.
+
+The event loop's semantics have one home, the multi-worker loop
+:func:`dlsched.analyses.multiworker.run_workers`; :func:`run_compiled` is its
+one-worker fast path (tests/test_multiworker.py holds them equal, and
+``simulate_workers`` at W = 1 equal to :func:`simulate`).
 """
 from __future__ import annotations
 
@@ -59,11 +64,6 @@ class SimGraph:
     @property
     def n(self) -> int:
         return len(self.names)
-
-    def with_times(self, dur: list[float]) -> "SimGraph":
-        """The same structure with other op durations (jitter, other oracles)."""
-        return SimGraph(self.graph, self.names, self.kinds, self.res, self.resources, self.succ, self.indeg,
-                        self.recv_ids, dur)
 
 
 def compile_graph(graph: Graph, times: Mapping[str, float]) -> SimGraph:
@@ -296,11 +296,3 @@ def simulate(graph: Graph, times: Mapping[str, float], priorities: Mapping[str, 
     start, end = run_compiled(sg, rank)
     return Schedule(graph, sg.names, sg.kinds, [sg.resources[k] for k in sg.res], np.asarray(start),
                     np.asarray(end), dict(priorities) if priorities is not None else None, rank)
-
-
-def graph_bounds(graph: Graph, times: Mapping[str, float]) -> tuple[float, float]:
-    """``(U, L)`` of TicTac §3.2 via :func:`dlsched.analyses.bounds.bounds`."""
-    from dlsched.analyses.bounds import bounds
-
-    b = bounds(graph, times)
-    return float(b.upper), float(b.lower)

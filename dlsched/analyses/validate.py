@@ -85,7 +85,7 @@ def replay_iteration(graph: Graph, times: Mapping[str, float], priorities: Seque
     """Simulate one iteration in which worker ``w`` enforces ``priorities[w]``; returns each worker's makespan.
 
     ``overlap``: compute beside the worker's own transfers runs that many times
-    slower (see :func:`~dlsched.analyses.multiworker._run_workers`).
+    slower (see :func:`~dlsched.analyses.multiworker.run_workers`).
 
     Examples
     --------
@@ -96,12 +96,12 @@ def replay_iteration(graph: Graph, times: Mapping[str, float], priorities: Seque
     >>> len(spans), spans[0] == spans[1]
     (2, True)
     """
-    from .multiworker import _run_workers
+    from .multiworker import run_workers
     from .simulate import compile_graph, transfer_ranks
 
     sg = compile_graph(graph, times)
     ranks = [transfer_ranks(sg, p, 0, "canonical") for p in priorities]
-    _, end = _run_workers(sg, [sg.dur] * len(ranks), ranks, list(range(len(ranks))), sharing, overlap=overlap)
+    _, end = run_workers(sg, [sg.dur] * len(ranks), ranks, list(range(len(ranks))), sharing, overlap=overlap)
     return [max(e, default=0.0) for e in end]
 
 
@@ -140,7 +140,7 @@ def predict_iterations(graph: Graph, times: Mapping[str, float], workers: int,
     """
     import pandas as pd
 
-    from .multiworker import _run_workers
+    from .multiworker import run_workers
     from .simulate import compile_graph, transfer_ranks
 
     sg = compile_graph(graph, times)
@@ -155,7 +155,7 @@ def predict_iterations(graph: Graph, times: Mapping[str, float], workers: int,
         durs = [np.where(on_compute, base * fw, base).tolist() for fw in f]
         ranks = [fixed if fixed is not None else transfer_ranks(sg, None, int(rng.integers(2 ** 31)), "random")
                  for _ in range(workers)]
-        _, end = _run_workers(sg, durs, ranks, [(w - it) % workers for w in range(workers)], sharing,
+        _, end = run_workers(sg, durs, ranks, [(w - it) % workers for w in range(workers)], sharing,
                               overlap=overlap)
         spans = [max(e, default=0.0) for e in end]
         slow = max(spans)
