@@ -41,10 +41,23 @@ def test_cost_model():
 
 @pytest.mark.parametrize("spec", ["random:k=0:delay=1ms", "random:k=1", "skew:log:1ms:2ms", "skew:linear:5ms:1ms",
                                   "rotate:1ms", "speed:1,-2", "speed:a,b", "lognormal:mean=0ms:sd=1ms:min=0:max=1",
-                                  "gauss:1ms", "none:3", "random:k=1:delay=-3ms"])
+                                  "gauss:1ms", "none:3", "random:k=1:delay=-3ms",
+                                  # numbers that overflow the draws, or mean no run (issue 32)
+                                  "lognormal:mean=1e-300s:sd=1s:min=0s:max=1s", "skew:linear:0s:1e9s",
+                                  "rotate:1ms:2e300s", "random:k=1:delay=1e6s", "speed:1,1e308", "speed:1e-30,1",
+                                  "lognormal:mean=1s:sd=1s:min=0s:max=1e300s"])
 def test_bad_imbalance_refused(spec):
     with pytest.raises(DlschedError, match="--imbalance"):
         parse_imbalance(spec)
+
+
+def test_overflowing_imbalance_is_a_clean_error():
+    """Through both commands that take --imbalance: exit 2, one paragraph, no OverflowError traceback."""
+    spec = "lognormal:mean=1e-300s:sd=1s:min=0s:max=1s"
+    proc = run_cli("simulate", "--step-time", "10ms", "--collective", "solo", "--workers", "4", "--imbalance", spec)
+    assert_clean_error(proc, "--imbalance", "sd must be at most")
+    proc = run_cli("train-allreduce", "--processes", "2", "--iterations", "2", "--imbalance", spec)
+    assert_clean_error(proc, "--imbalance", "sd must be at most")
 
 
 def test_lognormal_and_trace(tmp_path):

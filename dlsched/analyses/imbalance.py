@@ -54,6 +54,12 @@ from dlsched.units import parse_duration
 
 KINDS = ("none", "random", "skew", "rotate", "speed", "lognormal", "trace")
 
+# A step's injected delay beyond an hour, or a process over a thousand times slower or faster than nominal,
+# describes no training run; far beyond them the draws overflow (a lognormal of sd/mean = 1e300).
+MAX_DELAY = 3600.0
+SPEED_RANGE = (1e-3, 1e3)
+MAX_CV = 1e3  # a lognormal's sd / mean
+
 _HELP = ("known forms: none, random:k=1:delay=200ms, skew:linear:1ms:32ms, rotate:50ms:400ms, speed:1,1,2,1, "
          "lognormal:mean=50ms:sd=20ms:min=0ms:max=400ms, trace:FILE.csv")
 
@@ -145,13 +151,21 @@ def _random(rest: str, spec: str) -> dict:
     got = _keyed(rest, ("k", "delay"))
     if not got["k"].isdigit() or int(got["k"]) < 1:
         raise DlschedError(f"k must be a whole number ≥ 1, got {got['k']!r}")
-    return {"k": int(got["k"]), "delay": parse_duration(got["delay"])}
+    return {"k": int(got["k"]), "delay": _delay("delay", got["delay"])}
+
+
+def _delay(name: str, text: str) -> float:
+    """A delay field: a duration in ``[0, MAX_DELAY]``."""
+    value = parse_duration(text)
+    if not 0 <= value <= MAX_DELAY:
+        raise DlschedError(f"{name} must lie between 0 and {MAX_DELAY:.0f} s, got {text!r}")
+    return value
 
 
 def _spread(parts: list[str]) -> dict:
     if len(parts) != 2:
         raise DlschedError("expected two durations, the fastest and the slowest process's delay")
-    low, high = (parse_duration(x) for x in parts)
+    low, high = (_delay("a delay", x) for x in parts)
     if high < low:
         raise DlschedError(f"the first delay ({parts[0]}) must not exceed the second ({parts[1]})")
     return {"low": low, "high": high}
@@ -173,15 +187,19 @@ def _speed(rest: str, spec: str) -> dict:
         factors = [float(x) for x in rest.split(",")]
     except ValueError:
         raise DlschedError(f"speed factors must be numbers separated by commas, got {rest!r}") from None
-    if not all(math.isfinite(f) and f > 0 for f in factors):
-        raise DlschedError(f"speed factors must be finite and positive, got {rest!r}")
+    low, high = SPEED_RANGE
+    if not all(math.isfinite(f) and low <= f <= high for f in factors):
+        raise DlschedError(f"speed factors must lie between {low:g} and {high:g}, got {rest!r}")
     return {"factors": factors}
 
 
 def _lognormal(rest: str, spec: str) -> dict:
-    got = {k: parse_duration(v) for k, v in _keyed(rest, ("mean", "sd", "min", "max")).items()}
+    got = {k: _delay(k, v) for k, v in _keyed(rest, ("mean", "sd", "min", "max")).items()}
     if got["mean"] <= 0 or got["max"] < got["min"]:
         raise DlschedError("the mean must be positive and min must not exceed max")
+    if got["sd"] > MAX_CV * got["mean"]:
+        raise DlschedError(f"sd must be at most {MAX_CV:g} times the mean (a spread beyond that puts every draw "
+                           f"at min or max), got mean={got['mean']:g} s, sd={got['sd']:g} s")
     return got
 
 
@@ -198,8 +216,8 @@ def _trace(rest: str, spec: str) -> dict:
         raise DlschedError(f"{rest}: a trace needs one row per step and the same number of columns (one per "
                            "process) in every row, each a delay in seconds")
     table = np.array(rows, dtype=float)
-    if not np.all(np.isfinite(table)) or (table < 0).any():
-        raise DlschedError(f"{rest}: every delay must be a finite number of seconds ≥ 0")
+    if not np.all(np.isfinite(table)) or (table < 0).any() or (table > MAX_DELAY).any():
+        raise DlschedError(f"{rest}: every delay must be a number of seconds between 0 and {MAX_DELAY:.0f}")
     return {"table": table, "path": rest}
 
 
