@@ -79,6 +79,11 @@ def test_measured_trace_file(tmp_path):
     (tmp_path / "never.csv").write_text("iteration,worker,batch,time\n0,0,0,0\n1,0,0,0\n")
     with pytest.raises(DlschedError, match="never has a positive speed"):
         read_trace(tmp_path / "never.csv")
+    # A missing measurement is refused, not filled in from the neighbouring iteration (issue 32, item 4).
+    (tmp_path / "nan.csv").write_text("iteration,worker,batch,time\n0,0,8,0.5\n1,0,8,nan\n2,0,8,1.0\n")
+    with pytest.raises(DlschedError, match="data row 2: time"):
+        read_trace(tmp_path / "nan.csv")
+    assert_clean_error(run_cli("replay-batch", "--trace", tmp_path / "nan.csv"), "nan.csv", "miss a value or hold NaN")
 
 
 def test_replay_cli_table_json_and_plot(tmp_path):

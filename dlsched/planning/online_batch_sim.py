@@ -247,7 +247,8 @@ def read_trace(path) -> SpeedTrace:
     Raises
     ------
     DlschedError
-        Unreadable file, missing columns, missing (iteration, worker) rows, non-positive speeds.
+        Unreadable file, missing columns, missing (iteration, worker) rows or
+        values (NaN), non-positive speeds.
     """
     import pandas as pd
 
@@ -261,6 +262,17 @@ def read_trace(path) -> SpeedTrace:
                            f"it has {', '.join(map(str, df.columns))}")
     try:
         df = df.apply(pd.to_numeric)
+    except (ValueError, TypeError) as exc:
+        raise DlschedError(f"speed trace {path} holds a non-numeric value: {exc}") from None
+    # A missing measurement is not invented from its neighbours (only a batch of 0, which has no speed, is).
+    gaps = df.isna()
+    if gaps.any(axis=None):
+        row = int(np.flatnonzero(gaps.any(axis=1).to_numpy())[0])
+        missing = ", ".join(map(str, df.columns[gaps.iloc[row].to_numpy()]))
+        raise DlschedError(f"speed trace {path}: {int(gaps.any(axis=1).sum())} row(s) miss a value or hold NaN "
+                           f"(the first, data row {row + 1}: {missing}); every row needs every value, measured. "
+                           "Re-record those iterations, or drop them for every worker")
+    try:
         if "speed" not in cols:
             df["speed"] = df["batch"] / (df["time"] - df.get("overhead", 0.0))
         k, w = df["iteration"].astype(int), df["worker"].astype(int)
