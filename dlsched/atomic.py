@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import signal
 from pathlib import Path
 from typing import IO, Iterator
 
@@ -38,18 +39,28 @@ def _temp_beside(path: Path, suffix: str) -> Path:
         raise OutputError(f"{path}: cannot write the output ({e.strerror or e})") from None
 
 
+# Held while a temp file is created: a SIGINT or SIGTERM (which the CLI turns into exceptions) landing
+# between its creation and the guard that removes it would leave it behind.
+_HELD = {signal.SIGINT, signal.SIGTERM}
+
+
 @contextlib.contextmanager
-def _renamed_onto(path: Path, tmp: Path) -> Iterator[None]:
-    """Rename ``tmp`` onto ``path`` if the block succeeds; remove it whatever else happens."""
+def _temp_renamed_onto(path: Path, suffix: str) -> Iterator[Path]:
+    """A temp file beside ``path``, renamed onto it if the block succeeds and removed whatever else happens."""
+    tmp = None
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
     try:
-        yield
+        tmp = _temp_beside(path, suffix)
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a signal waiting now raises inside this guard
+        yield tmp
         os.replace(tmp, path)
     except OSError as e:
         raise OutputError(f"{path}: cannot write the output ({e.strerror or e})") from None
     finally:
-        # Also reached on SIGINT/SIGTERM: the CLI turns both into exceptions.
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        if tmp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
 
 
 @contextlib.contextmanager
@@ -70,9 +81,7 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
     >>> p.read_text(), sorted(q.name for q in p.parent.iterdir())
     ('hello', ['x.txt'])
     """
-    path = Path(path)
-    tmp = _temp_beside(path, ".tmp")
-    with _renamed_onto(path, tmp):
+    with _temp_renamed_onto(Path(path), ".tmp") as tmp:
         with open(tmp, mode, encoding=None if "b" in mode else encoding) as f:
             yield f
 
@@ -98,6 +107,5 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     'a,b\\n'
     """
     path = Path(path)
-    tmp = _temp_beside(path, path.suffix)
-    with _renamed_onto(path, tmp):
+    with _temp_renamed_onto(path, path.suffix) as tmp:
         yield tmp

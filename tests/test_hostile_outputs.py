@@ -132,3 +132,26 @@ def test_signal_during_an_atomic_write_leaves_no_temp_file(tmp_path, sig):
         p.kill()
     assert p.returncode != 0
     assert _leftovers(tmp_path) == [], err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_right_after_the_temp_file_is_created_leaves_nothing(tmp_path, sig):
+    """The gap between a temp file's creation and the guard that removes it (issue 32, item 6): a signal
+    landing there, here sent by the process to itself the moment the file exists, must not leave it."""
+    script = (
+        "import os, signal\n"
+        "from dlsched import atomic\n"
+        "from dlsched.cli.main import _exit_on_sigterm\n"
+        "signal.signal(signal.SIGTERM, _exit_on_sigterm)\n"
+        "create = atomic._temp_beside\n"
+        "def create_then_signal(path, suffix):\n"
+        "    tmp = create(path, suffix)\n"
+        f"    os.kill(os.getpid(), {int(sig)})\n"
+        "    return tmp\n"
+        "atomic._temp_beside = create_then_signal\n"
+        f"with atomic.atomic_open({str(tmp_path / 'out.txt')!r}) as f:\n"
+        "    f.write('never')\n"
+    )
+    p = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0, p.stderr
+    assert _leftovers(tmp_path) == [], p.stderr
