@@ -24,6 +24,7 @@ import hashlib
 import importlib
 import importlib.util
 import inspect
+import os
 import re
 import sys
 from pathlib import Path
@@ -34,12 +35,43 @@ from dlsched.errors import ImportFailure
 _SPEC = re.compile(r"^(?P<target>.+?):(?P<fn>[A-Za-z_][A-Za-z0-9_]*)$")
 
 
+class _Exited(BaseException):
+    """``os._exit`` called by the user's code in this process: raised instead of ending it unseen."""
+
+    def __init__(self, code: int):
+        super().__init__(code)
+        self.code = code
+
+
+@contextlib.contextmanager
+def _exit_is_seen() -> Iterator[None]:
+    """While the user's code runs, ``os._exit`` in this process raises :class:`_Exited`.
+
+    ``os._exit(0)`` ends a process with success and runs nothing on the way
+    out, so ``check`` would pass without checking. Children the code forks
+    (data-loader workers) still exit for real.
+    """
+    real, pid = os._exit, os.getpid()
+
+    def guarded(code):
+        if os.getpid() != pid:
+            real(code)
+        raise _Exited(code)
+
+    os._exit = guarded
+    try:
+        yield
+    finally:
+        os._exit = real
+
+
 @contextlib.contextmanager
 def user_code(spec: str, doing: str) -> Iterator[None]:
     """Run the user's code: its prints go to stderr, anything it raises is an :class:`ImportFailure`.
 
-    ``KeyboardInterrupt`` still interrupts; ``SystemExit`` does not end dlsched
-    with the factory's exit code (``sys.exit(0)`` would read as success).
+    ``KeyboardInterrupt`` still interrupts; ``SystemExit`` and ``os._exit`` do
+    not end dlsched with the factory's exit code (``sys.exit(0)`` would read as
+    success), and neither does any other ``BaseException``.
 
     Examples
     --------
@@ -48,16 +80,24 @@ def user_code(spec: str, doing: str) -> Iterator[None]:
     Traceback (most recent call last):
     ...
     dlsched.errors.ImportFailure: f.py:net: calling the factory called sys.exit(0); a factory must return (module, example_inputs), not exit
+    >>> with user_code("f.py:net", "calling the factory"):
+    ...     os._exit(0)
+    Traceback (most recent call last):
+    ...
+    dlsched.errors.ImportFailure: f.py:net: calling the factory called os._exit(0); a factory must return (module, example_inputs), not exit
     """
     try:
-        with contextlib.redirect_stdout(sys.stderr):
+        with _exit_is_seen(), contextlib.redirect_stdout(sys.stderr):
             yield
-    except ImportFailure:
+    except (ImportFailure, KeyboardInterrupt):
         raise
     except SystemExit as e:
         raise ImportFailure(f"{spec}: {doing} called sys.exit({e.code!r}); a factory must return "
                             "(module, example_inputs), not exit") from None
-    except Exception as e:
+    except _Exited as e:
+        raise ImportFailure(f"{spec}: {doing} called os._exit({e.code!r}); a factory must return "
+                            "(module, example_inputs), not exit") from None
+    except BaseException as e:  # the user's own BaseException subclasses too: exit 2, not a traceback and 1
         raise ImportFailure(f"{spec}: {doing} failed: {type(e).__name__}: {e}") from None
 
 

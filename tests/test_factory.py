@@ -81,3 +81,20 @@ def test_training_loss_reads_any_output_structure():
     assert training_loss(nested).item() == pytest.approx(1.0 + 4.0)
     with pytest.raises(TypeError):
         training_loss((torch.arange(3),))
+
+
+@pytest.mark.parametrize("body", ["import os; os._exit(0)", "class Stop(BaseException): pass\n    raise Stop('halt')"])
+def test_factory_that_hard_exits_or_raises_a_base_exception_fails_check(tmp_path, body):
+    """``os._exit(0)`` and a ``BaseException`` subclass in the factory (issue 32, item 6): inspect, check and
+    snapshot exit 2 naming the factory and write nothing; before, os._exit(0) passed the CI gate unchecked."""
+    base = tmp_path / "b.json"
+    assert run_cli("snapshot", f"{EXAMPLES / 'torch_models.py'}:small_cnn", "--batch", "2", "-o", base).returncode == 0
+    spec = _factory(tmp_path, body)
+    what = "os._exit(0)" if "_exit" in body else "Stop: halt"
+    assert_clean_error(run_cli("inspect", spec), what, "f.py:net")
+    junit = tmp_path / "j.xml"
+    assert_clean_error(run_cli("check", spec, "--baseline", base, "--junit", junit), what, "f.py:net")
+    assert not junit.exists()
+    out = tmp_path / "s.json"
+    assert_clean_error(run_cli("snapshot", spec, "-o", out), what, "f.py:net")
+    assert not out.exists()
