@@ -13,6 +13,10 @@ the stock ones, so the captured graphs have the ops of the full-size models:
 - ``bert``: ``BertForSequenceClassification`` (2-class logits)
 - ``gpt2``: ``GPT2LMHeadModel`` (its LM head is tied to the token embedding)
 - ``llama``: ``LlamaForCausalLM`` (grouped-query attention, RoPE, SwiGLU)
+- ``mixtral``, ``qwen2_moe``: ``MixtralForCausalLM`` and ``Qwen2MoeForCausalLM``,
+  mixtures of 4 experts with 2 per token (their CPU expert kernel,
+  ``grouped_mm``, has no fake-tensor rule for float32, so the importer traces
+  them with real tensors, twice, and checks that both traces agree)
 - ``vit``: ``ViTForImageClassification`` on 32×32 images in 8×8 patches; and
   ``vit_base``, the same at ViT-B/16 sizes (12 layers, hidden size 768, 224×224
   images in 16×16 patches, 1,000 classes: 86.6 M parameters), for memory plans
@@ -86,6 +90,31 @@ def llama(batch: int = 2, seq_len: int = SEQ_LEN):
     return LlamaForCausalLM(config), (_token_ids(batch, seq_len),)
 
 
+def mixtral(batch: int = 2, seq_len: int = SEQ_LEN):
+    """``MixtralForCausalLM``: llama's attention, a sparse mixture of 4 experts, 2 per token."""
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    s = _SIZE
+    config = MixtralConfig(vocab_size=VOCAB, hidden_size=s["hidden"], intermediate_size=s["ffn"] // 2,
+                           num_hidden_layers=s["layers"], num_attention_heads=s["heads"], num_key_value_heads=2,
+                           num_local_experts=4, num_experts_per_tok=2, max_position_embeddings=s["positions"])
+    torch.manual_seed(0)
+    return MixtralForCausalLM(config), (_token_ids(batch, seq_len),)
+
+
+def qwen2_moe(batch: int = 2, seq_len: int = SEQ_LEN):
+    """``Qwen2MoeForCausalLM``: 4 routed experts (2 per token) beside a gated shared expert."""
+    from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
+
+    s = _SIZE
+    config = Qwen2MoeConfig(vocab_size=VOCAB, hidden_size=s["hidden"], intermediate_size=s["ffn"] // 2,
+                            moe_intermediate_size=32, shared_expert_intermediate_size=s["hidden"],
+                            num_hidden_layers=s["layers"], num_attention_heads=s["heads"], num_key_value_heads=2,
+                            num_experts=4, num_experts_per_tok=2, max_position_embeddings=s["positions"])
+    torch.manual_seed(0)
+    return Qwen2MoeForCausalLM(config), (_token_ids(batch, seq_len),)
+
+
 def vit(batch: int = 2, image_size: int = 32, patch_size: int = 8, layers: int | None = None,
         hidden: int | None = None, heads: int | None = None, ffn: int | None = None, num_labels: int = 10):
     """``ViTForImageClassification`` on ``batch × 3 × image_size²`` images (default: the small shape)."""
@@ -105,4 +134,5 @@ def vit_base(batch: int = 2):
     return vit(batch, image_size=224, patch_size=16, layers=12, hidden=768, heads=12, ffn=3072, num_labels=1000)
 
 
-FACTORIES = {"bert": bert, "gpt2": gpt2, "llama": llama, "vit": vit, "vit_base": vit_base}
+FACTORIES = {"bert": bert, "gpt2": gpt2, "llama": llama, "mixtral": mixtral, "qwen2_moe": qwen2_moe, "vit": vit,
+             "vit_base": vit_base}

@@ -1,4 +1,4 @@
-"""Third-party models through the CLI, as a user runs them: Hugging Face BERT, GPT-2, Llama.
+"""Third-party models through the CLI, as a user runs them: Hugging Face BERT, GPT-2, Llama, Mixtral, Qwen2-MoE.
 
 The models are ``transformers`` code, not written for dlsched (random weights
 from small configs, ``examples/hf_models.py``; nothing downloaded). Symbolic
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import warnings
 
 import pytest
@@ -34,8 +35,14 @@ def _named_parameters(name: str) -> tuple:
     return tuple((n, p.numel()) for n, p in module.named_parameters())
 
 
+# A framework logger's line (torch's and TF's glog-style "E1125 21:05:01.105 ..." header, onnxruntime's
+# "[W:onnxruntime:..."): on success stderr holds dlsched's own warnings only.
+FRAMEWORK_LOG = re.compile(r"^[EWIF]\d{4} \d\d:\d\d:\d\d|onnxruntime:|tensorflow/|fake_tensor\.py|Traceback", re.M)
+
+
 def _ok(proc) -> dict:
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not FRAMEWORK_LOG.search(proc.stderr), proc.stderr
     return json.loads(proc.stdout)
 
 
@@ -71,7 +78,7 @@ def _user_steps(model: str, mode: str, params: tuple, tmp_path, capture: str | N
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("name", ["bert", "gpt2", "llama"])
+@pytest.mark.parametrize("name", ["bert", "gpt2", "llama", "mixtral", "qwen2_moe"])
 def test_hf_model_through_the_cli(name, mode, tmp_path):
     _user_steps(f"{HF}:{name}", mode, _named_parameters(name), tmp_path, capture="make_fx")
 

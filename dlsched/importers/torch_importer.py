@@ -30,10 +30,12 @@ Which capture each mode uses:
   on shapes or config), and ``make_fx`` captures those: it runs the real
   Python code on fake tensors, so any control flow that depends on shapes
   and configuration only is simply executed. ``make_fx`` also takes over
-  when the symbolic graph cannot run the example inputs. Only fake tensors
-  are tried: control flow on tensor *values* makes fake tracing fail, and a
-  graph specialised to one example's values (what real-tensor tracing would
-  give) is not the model, so the import is refused with both reasons.
+  when the symbolic graph cannot run the example inputs. Where a kernel has
+  no fake-tensor rule (the CPU ``grouped_mm`` of mixture-of-experts layers
+  such as Mixtral's accepts only bf16 on fake tensors), real tensors trace
+  it, twice, on the example and on other input values: a graph specialised
+  to one example's values is not the model, so two traces that differ (control
+  flow on tensor values) refuse the import with both reasons.
 - ``training``: ``make_fx`` of one functional training step (forward, loss,
   :func:`torch.autograd.grad`) in ``train()`` mode, the joint graph with the
   framework's real backward (fake tensors, then real ones). Every gradient
@@ -269,20 +271,73 @@ def _functional_args(params, all_bufs, inputs, grad: bool) -> tuple:
                  + [t.detach().clone() for _, t in all_bufs] + list(inputs))
 
 
-def _make_fx(fn, args, tracing_modes, what: str):
-    """``make_fx(fn)(*args)`` with the first tracing mode that works, else :class:`_CaptureFailed`."""
+def _make_fx(fn, args, tracing_modes, what: str, redraw=None):
+    """``make_fx(fn)(*args)`` with the first tracing mode that works, else :class:`_CaptureFailed`.
+
+    A real-tensor trace runs the model's Python on the example's values, so
+    control flow on them would specialise the graph to this one example.
+    With ``redraw`` (``args → args`` with other input values), a real trace
+    is taken again on the redrawn inputs and refused unless it has the same ops.
+    """
     from torch.fx.experimental.proxy_tensor import make_fx
 
     err = None
     for tracing_mode in tracing_modes:
         try:
-            with contextlib.redirect_stderr(io.StringIO()):
-                return make_fx(fn, tracing_mode=tracing_mode)(*args)
+            with _quiet():
+                gm = make_fx(fn, tracing_mode=tracing_mode)(*args)
+                if tracing_mode == "real" and redraw is not None \
+                        and _signature(make_fx(fn, tracing_mode="real")(*redraw(args))) != _signature(gm):
+                    raise _CaptureFailed(f"tracing {what} with real tensors gives other ops for other input "
+                                         "values: its control flow depends on them, so no one graph is the model")
+            return gm
+        except _CaptureFailed:
+            raise
         except Exception as e:
             err = e
     # torch's own message runs to several paragraphs of debugging hints; its first line says what failed.
     first = (str(err).strip().splitlines() or [""])[0].strip()
     raise _CaptureFailed(f"make_fx could not trace {what} ({type(err).__name__}: {first})")
+
+
+@contextlib.contextmanager
+def _quiet():
+    """A failed trace is handled here: keep torch's own report of it (stderr, and the fake-tensor
+    error log, which its logging handler writes to the real stderr) off the user's terminal."""
+    import logging
+
+    before = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        logging.disable(before)
+
+
+def _signature(gm) -> list[tuple[str, str]]:
+    """The ops of a traced graph, in order: what two traces of one model must share."""
+    return [(n.op, str(n.target)) for n in gm.graph.nodes if n.op.startswith("call")]
+
+
+def _redraw_inputs(n_inputs: int):
+    """``args → args`` with the last ``n_inputs`` tensors drawn anew: same shapes and dtypes, other values
+    (integers within the example's range, as token ids must stay in the vocabulary)."""
+    import torch
+
+    def redraw(args):
+        g = torch.Generator().manual_seed(12345)
+        fresh = []
+        for x in args[len(args) - n_inputs:]:
+            if x.is_floating_point():
+                fresh.append(torch.randn(x.shape, generator=g, dtype=x.dtype) * (x.std() if x.numel() > 1 else 1))
+            elif x.dtype == torch.bool:
+                fresh.append(torch.rand(x.shape, generator=g) < 0.5)
+            else:
+                low, high = (int(x.min()), int(x.max()) + 1) if x.numel() else (0, 1)
+                fresh.append(torch.randint(low, high, x.shape, generator=g, dtype=x.dtype))
+        return tuple(args[:len(args) - n_inputs]) + tuple(fresh)
+    return redraw
 
 
 def _aten_op_names(gm, pnames: list, bnames: list, transfer_bufs: set) -> dict:
@@ -318,9 +373,10 @@ def _aten_inference(module, inputs, fn_name, batch, params, bufs) -> TracedModel
         return _tensor_outputs(torch.func.functional_call(module, state, tuple(flat[n_state:])))
 
     args = _functional_args(params, all_bufs, inputs, grad=False)
-    # no_grad: the graph a served model runs, without the detach ops autograd would record.
+    # no_grad: the graph a served model runs, without the detach ops autograd would record. Real tensors
+    # where a kernel has no fake-tensor rule (CPU grouped_mm of mixture-of-experts layers wants bf16 there).
     with torch.no_grad():
-        gm = _make_fx(forward, args, ("fake",), "the forward pass")
+        gm = _make_fx(forward, args, ("fake", "real"), "the forward pass", redraw=_redraw_inputs(len(inputs)))
     op_names = _aten_op_names(gm, pnames, bnames, {n for n, _ in bufs})
     return TracedModel(gm=gm, args=args, op_names=op_names, module=module, name=fn_name, mode="inference",
                        batch=batch, params=params, buffers=bufs, capture="make_fx")

@@ -104,7 +104,8 @@ ELEMENTWISE = {
     "sigmoid_backward": 3, "tanh_backward": 3, "gelu_backward": 12, "silu_backward": 8, "squareddifference": 2,
     "addcmul": 2, "addcdiv": 2, "lerp": 3, "eq": 1, "ne": 1, "lt": 1, "gt": 1, "le": 1, "ge": 1, "equal": 1,
     "greater": 1, "less": 1, "logicaland": 1, "not": 1, "bitwise_not": 1, "floor": 1, "ceil": 1, "round": 1,
-    "sign": 1, "mod": 1, "floordiv": 1, "floormod": 1, "fmod": 1, "selu": 4, "elu": 4, "softsign": 3,
+    "sign": 1, "mod": 1, "floordiv": 1, "floor_divide": 1, "floormod": 1, "fmod": 1, "selu": 4, "elu": 4,
+    "softsign": 3,
     "hardswish": 4, "hardsigmoid": 3, "mish": 8, "fill_": 0, "scalarmul": 1,
     "bitwise_and": 1, "logical_not": 1, "isnan": 1, "isinf": 1, "nan_to_num": 1,
     "native_dropout": 2, "native_dropout_backward": 1, "relugradgrad": 1,
@@ -134,7 +135,8 @@ REDUCTION = {
     "_adaptive_avg_pool2d_backward": 1, "adaptive_avg_pool2d_backward": 1, "crossentropyloss": 4,
     "cross_entropy": 4, "nll_loss_forward": 1, "nll_loss_backward": 1, "nll_loss": 1, "mse_loss": 3,
     "sparsesoftmaxcrossentropywithlogits": 4, "softmaxcrossentropywithlogits": 4, "l2loss": 2, "prod": 1,
-    "cumsum": 1, "topk": 2, "sort": 2, "reducel2": 2, "reducelogsumexp": 3, "logsumexp": 3, "frobenius_norm": 2,
+    "cumsum": 1, "histc": 1, "topk": 2, "sort": 2, "reducel2": 2, "reducelogsumexp": 3, "logsumexp": 3,
+    "frobenius_norm": 2,
 }
 POOL = {"maxpool", "maxpool2d", "max_pool2d", "max_pool2d_with_indices", "averagepool", "avgpool",
         "avg_pool2d", "avgpool2d", "max_pool2d_with_indices_backward", "maxpoolgrad", "avgpoolgrad",
@@ -143,7 +145,7 @@ CONV = {"conv", "conv1d", "conv2d", "conv3d", "convolution", "_convolution", "co
         "depthwiseconv2dnative", "conv2dbackpropinput", "conv2dbackpropfilter", "convolution_backward",
         "depthwiseconv2dnativebackpropinput", "depthwiseconv2dnativebackpropfilter", "cudnn_convolution"}
 MATMUL = {"gemm", "matmul", "mm", "addmm", "bmm", "baddbmm", "linear", "batchmatmul", "batchmatmulv2",
-          "batchmatmulv3", "einsum", "matmul_", "dot", "addmv", "mv"}
+          "batchmatmulv3", "einsum", "matmul_", "dot", "addmv", "mv", "_grouped_mm"}
 # Fused attention: q, k, v are the first three inputs (forward) or give their shapes to the
 # first three outputs, the gradients (backward).
 ATTENTION = {"scaled_dot_product_attention", "_scaled_dot_product_attention_math",
@@ -266,7 +268,12 @@ def _matmul_macs(graph: Graph, op: Op, norm: str) -> float:
         raise _Uncostable(f"the first factor's shape is unknown ({op.input_shapes})")
     a = ins[0]
     trans_a = op.attrs.get("transA") or op.attrs.get("transpose_a") or op.attrs.get("adj_x")
-    return out * (a[-2] if (trans_a and len(a) >= 2) else a[-1])
+    macs = out * (a[-2] if (trans_a and len(a) >= 2) else a[-1])
+    outs = _outputs(op)
+    if norm == "_grouped_mm" and len(a) == 2 and outs and len(outs[0]) == 3:
+        # Mixture-of-experts weight gradient: [K, T] × [T, N] → one [K, N] per expert, each over its own tokens.
+        macs /= outs[0][0]
+    return macs
 
 
 def _attention_flops(op: Op, norm: str) -> float:
