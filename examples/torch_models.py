@@ -203,6 +203,19 @@ class AlexNet(nn.Module):
         return self.fc8(self.relu(self.fc7(self.relu(self.fc6(torch.flatten(x, 1))))))
 
 
+class RNNClassifier(nn.Module):
+    """A 2-layer recurrent classifier over sequences of 32 features; the last step's state gives 10 logits."""
+
+    def __init__(self, cell, bidirectional: bool = False):
+        super().__init__()
+        self.rnn = cell(32, 64, num_layers=2, batch_first=True, bidirectional=bidirectional)
+        self.head = nn.Linear(64 * (2 if bidirectional else 1), 10)
+
+    def forward(self, x):
+        out, _ = self.rnn(x)
+        return self.head(out[:, -1])
+
+
 def _seeded(cls, *args, **kwargs):
     torch.manual_seed(0)
     return cls(*args, **kwargs).eval()
@@ -239,6 +252,16 @@ def alexnet(batch: int = 8, num_classes: int = 1000):
     return _seeded(AlexNet, num_classes), (torch.randn(batch, 3, 224, 224),)
 
 
+def lstm(batch: int = 16, seq_len: int = 20):
+    """A 2-layer LSTM classifier (eager-SGD §7.3 trains an LSTM) on sequences of 20 steps."""
+    return _seeded(RNNClassifier, nn.LSTM), (torch.randn(batch, seq_len, 32),)
+
+
+def gru_bidirectional(batch: int = 16, seq_len: int = 20):
+    """A 2-layer bidirectional GRU classifier on sequences of 20 steps."""
+    return _seeded(RNNClassifier, nn.GRU, bidirectional=True), (torch.randn(batch, seq_len, 32),)
+
+
 FACTORIES = {"resnet50": resnet50, "vgg16": vgg16, "transformer": transformer, "small_cnn": small_cnn,
              "small_cnn_gap": small_cnn_gap,
-             "alexnet": alexnet}
+             "alexnet": alexnet, "lstm": lstm, "gru_bidirectional": gru_bidirectional}

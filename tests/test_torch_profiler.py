@@ -106,6 +106,25 @@ def test_training_times_sum_to_a_training_step(one_thread):
     assert phases == {"forward", "backward"}
 
 
+@pytest.mark.parametrize("name", ["lstm", "gru_bidirectional"])
+def test_recurrent_training_profiles_op_by_op(one_thread, name):
+    """An LSTM's and a bidirectional GRU's training graphs re-run op by op (the CPU kernel keeps its backward
+    workspace only in grad mode), and their per-op minima add up to a training step."""
+    spec = f"{EX}:{name}"
+    graph = import_factory(spec, mode="training")
+    module, inputs, _ = call_factory(spec)
+    module.train()
+    params = list(module.parameters())
+
+    def step():
+        with torch.enable_grad():
+            torch.autograd.grad(training_loss(module(*inputs)), params)
+
+    ratios = _ratio_within(spec, graph, step, low=0.6, high=1.3)
+    print(f"{name} training: sum(min)/median(step) = {ratios}")
+    assert {op.phase for op in graph.compute_ops()} == {"forward", "backward"}
+
+
 def test_training_graph_with_batchnorm_buffers(torch_factories):
     spec = f"{torch_factories}:bnnet"
     graph = import_factory(spec, mode="training", batch=4, buffers=True)

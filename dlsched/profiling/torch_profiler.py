@@ -9,8 +9,10 @@ runs ``runs`` more times and each op keeps its minimum (``Time(op)``, TicTac
 §3.1) and median. Inference runs under ``torch.no_grad()``: the symbolic-trace
 graph, or the aten-level ``make_fx`` forward graph of a model symbolic tracing
 cannot handle (the capture recorded in the DAG is used again). Training runs
-the ``make_fx`` joint graph, which already holds the backward ops (also under
-``no_grad``: autograd must not record the explicit backward a second time).
+the ``make_fx`` joint graph, which already holds the backward ops, with grad
+mode on as in a real step (an LSTM's CPU kernel keeps its backward workspace
+only then); its arguments require no grad, so autograd does not record the
+explicit backward a second time.
 
 Profiling runs with ``threads`` intra-op threads (``torch.set_num_threads``,
 1 by default): on a shared machine, more threads make each op's time depend
@@ -209,7 +211,9 @@ def profile_torch(spec: str, graph: Graph, device: str = "cpu", runs: int = 5, w
     saved_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        with torch.no_grad():
+        # Training: grad mode on, as in a real step, for kernels that keep state for their backward only then
+        # (mkldnn_rnn_layer's workspace); the arguments require no grad, so autograd still records nothing.
+        with torch.set_grad_enabled(traced.mode == "training"):
             _run(interp, args, clone, total, warmup, samples, progress, spec, device)
     finally:
         torch.set_num_threads(saved_threads)
