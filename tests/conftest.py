@@ -6,6 +6,7 @@ area keeps its model-building fixtures next to its tests.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +29,17 @@ def run_cli(*args: str, timeout: float = 900, cwd: str | Path | None = None) -> 
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONWARNINGS="ignore")
     return subprocess.run([sys.executable, "-m", "dlsched.cli.main", *map(str, args)], capture_output=True,
                           text=True, timeout=timeout, cwd=cwd or REPO, env=env)
+
+
+# A framework logger's line (torch's and TF's glog-style "E1125 21:05:01.105 ..." header, onnxruntime's
+# "[W:onnxruntime:..."): on success a command's stderr holds dlsched's own warnings only (issue 31).
+FRAMEWORK_LOG = re.compile(r"^[EWIF]\d{4} \d\d:\d\d:\d\d|onnxruntime:|tensorflow/|fake_tensor\.py|Traceback", re.M)
+
+
+def assert_ok_and_quiet(proc: subprocess.CompletedProcess) -> None:
+    """Exit code 0 and no framework log line on stderr."""
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not FRAMEWORK_LOG.search(proc.stderr), proc.stderr
 
 
 def assert_clean_error(proc: subprocess.CompletedProcess, *needles: str) -> None:

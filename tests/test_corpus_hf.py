@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 import warnings
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import assert_ok_and_quiet, run_cli
 
 HF = "examples/hf_models.py"
 MODES = ("inference", "training")
@@ -35,14 +34,8 @@ def _named_parameters(name: str) -> tuple:
     return tuple((n, p.numel()) for n, p in module.named_parameters())
 
 
-# A framework logger's line (torch's and TF's glog-style "E1125 21:05:01.105 ..." header, onnxruntime's
-# "[W:onnxruntime:..."): on success stderr holds dlsched's own warnings only.
-FRAMEWORK_LOG = re.compile(r"^[EWIF]\d{4} \d\d:\d\d:\d\d|onnxruntime:|tensorflow/|fake_tensor\.py|Traceback", re.M)
-
-
 def _ok(proc) -> dict:
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert not FRAMEWORK_LOG.search(proc.stderr), proc.stderr
+    assert_ok_and_quiet(proc)
     return json.loads(proc.stdout)
 
 
@@ -73,7 +66,7 @@ def _user_steps(model: str, mode: str, params: tuple, tmp_path, capture: str | N
 
     # The CI gate's analytic oracle has a cost model for every op of the graph (it refuses otherwise).
     proc = run_cli("snapshot", dag, "-o", tmp_path / "baseline.json", "--json")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert_ok_and_quiet(proc)
 
 
 @pytest.mark.slow

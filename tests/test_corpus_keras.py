@@ -21,13 +21,13 @@ import json
 import pandas as pd
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import assert_ok_and_quiet, run_cli
 
 BATCH = "2"
 
 
 def _json(proc):
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert_ok_and_quiet(proc)
     return json.loads(proc.stdout)
 
 
