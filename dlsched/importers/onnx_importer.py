@@ -14,7 +14,9 @@ Mapping
   the initializers feeding BatchNormalization's mean/variance inputs (inputs 3
   and 4) are treated as non-trainable state like torch buffers, and become
   transfers only with ``buffers=True``. With that rule the totals of a torch
-  export equal torch's ``named_parameters()``.
+  export equal torch's ``named_parameters()``. A weight computed from
+  constants alone (``ConstantOfShape``, as ONNX's "light" models store every
+  weight) is a parameter too (:func:`computed_weights`).
 - **Edges**: data dependencies through tensor names (producer → consumer) and
   recv → consumers. An op that only re-lays one initializer (``Transpose``,
   ``Cast``, ``Reshape``… of a weight, as exporters emit for Linear layers)
@@ -47,7 +49,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from dlsched.dag import COMPUTE, RECV, Graph, add_gradient_sends, fold_parameter_views
+from dlsched.dag import COMPUTE, RECV, Graph, add_gradient_sends, dtype_size, fold_parameter_views
 from dlsched.errors import GraphError, ImportFailure
 
 from .onnx_fold import fold_shape_arithmetic
@@ -62,6 +64,7 @@ DTYPES = {
     23: ("float4e2m1", 1),
 }
 FLOAT_TYPES = frozenset({1, 10, 11, 16, 17, 18, 19, 20, 23})
+_FLOAT_NAMES = frozenset(DTYPES[t][0] for t in FLOAT_TYPES)
 CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
 BN_STAT_INPUTS = (3, 4)  # BatchNormalization: X, scale, B, input_mean, input_var
 
@@ -248,6 +251,74 @@ def _warn_anonymous(path, names: set[str]) -> None:
             "keep the names."), stacklevel=3)
 
 
+# Inputs that hold an op's weights: a tensor computed from constants alone that feeds one of these is a
+# parameter stored in another form (ONNX's "light" models build every weight with ConstantOfShape).
+WEIGHT_INPUTS = {
+    "Conv": (1, 2), "ConvTranspose": (1, 2), "Gemm": (1, 2), "MatMul": (1,), "PRelu": (1,),
+    "BatchNormalization": (1, 2), "InstanceNormalization": (1, 2), "LayerNormalization": (1, 2),
+    "GroupNormalization": (1, 2), "LSTM": (1, 2, 3), "GRU": (1, 2, 3), "RNN": (1, 2, 3), "Gather": (0,),
+}
+
+
+def computed_weights(nodes, inputs: list[list[str]], initializers: set[str], info: dict,
+                     buffers: bool) -> tuple[dict[str, int], set[int]]:
+    """Weights computed from constants alone: ``({tensor: node index producing it}, {node indices to drop})``.
+
+    A floating-point tensor that no initializer and no graph input reaches,
+    made by at least one node other than ``Constant`` (``ConstantOfShape``,
+    a random fill, arithmetic on constants) or held by a ``Constant`` node,
+    and read as a weight (:data:`WEIGHT_INPUTS`) is a parameter: it becomes a
+    recv, and the nodes that build it (and nothing else) go, as an
+    initializer's storage is not an op; so do the builders of
+    BatchNormalization's statistics, which are transfers only with ``buffers``.
+
+    Examples
+    --------
+    >>> from onnx import helper, TensorProto
+    >>> shape = helper.make_node("Constant", [], ["s"], value=helper.make_tensor("v", TensorProto.INT64, [2], [4, 3]))
+    >>> fill = helper.make_node("ConstantOfShape", ["s"], ["w"])
+    >>> mm = helper.make_node("MatMul", ["x", "w"], ["y"])
+    >>> computed_weights([shape, fill, mm], [[], ["s"], ["x", "w"]], set(), {"w": ([4, 3], "float32")}, False)
+    ({'w': 1}, {0, 1})
+    """
+    constant: dict[str, bool] = {}  # constant tensor → made by a node other than Constant (or through one)
+    producer: dict[str, int] = {}
+    const_nodes: set[int] = set()
+    for i, node in enumerate(nodes):
+        if node.op_type in CONTROL_FLOW or not all(x in constant for x in inputs[i]):
+            continue
+        const_nodes.add(i)
+        built = node.op_type != "Constant" or any(constant[x] for x in inputs[i])
+        for out in node.output:
+            if out:
+                constant[out], producer[out] = built, i
+    weights: dict[str, int] = {}
+    state: set[str] = set()  # BatchNormalization's statistics without --buffers: stored, not transferred
+    for i, node in enumerate(nodes):
+        if i in const_nodes:
+            continue
+        stats = BN_STAT_INPUTS if node.op_type == "BatchNormalization" else ()
+        for k in WEIGHT_INPUTS.get(node.op_type, ()) + stats:
+            x = node.input[k] if k < len(node.input) else ""
+            if x in producer and x not in initializers and info.get(x, (None, None))[1] in _FLOAT_NAMES:
+                if k in stats and not buffers:
+                    state.add(x)
+                else:
+                    weights[x] = producer[x]
+    # The builders of a weight go when everything they make feeds weights or other builders that go.
+    readers: dict[str, set[int]] = {}
+    for i, ins in enumerate(inputs):
+        for x in ins:
+            readers.setdefault(x, set()).add(i)
+    drop: set[int] = set()
+    for i in sorted(const_nodes, reverse=True):
+        outs = [o for o in nodes[i].output if o]
+        if outs and all(o in weights or o in state or readers.get(o, set()) <= drop and readers.get(o)
+                        for o in outs):
+            drop.add(i)
+    return weights, drop
+
+
 def import_onnx(path, mode: str = "inference", batch: int | None = None, buffers: bool = False) -> Graph:
     """Import the ONNX model at ``path`` into a :class:`~dlsched.dag.Graph`.
 
@@ -310,10 +381,28 @@ def import_onnx(path, mode: str = "inference", batch: int | None = None, buffers
         graph.add_op(t.name, RECV, op_type="Recv", bytes=numel * size, params=numel,
                      shape=[int(d) for d in t.dims], dtypes=[dtype])
         tensor_src[t.name] = t.name
+    weights, built = computed_weights(nodes, inputs, {t.name for t in g.initializer}, info, buffers)
+    for w in weights:
+        if w in tensor_src:
+            continue
+        dims, dtype = info[w]
+        if dims is None or any(d is None for d in dims):
+            raise ImportFailure(f"{path}: weight {w!r} is computed from constants (by {names[weights[w]]!r}, "
+                                f"{nodes[weights[w]].op_type}) and its shape {dims} is not known, so its size "
+                                "cannot be told; every figure would be for a model without it. Store the weights "
+                                "as initializers (torch.onnx.export does), or give the shape as a constant")
+        numel = 1
+        for d in dims:
+            numel *= int(d)
+        graph.add_op(w, RECV, op_type="Recv", bytes=numel * dtype_size(dtype), params=numel, shape=list(dims),
+                     dtypes=[dtype], attrs={"computed_by": nodes[weights[w]].op_type})
+        tensor_src[w] = w
     recv_names = set(tensor_src)
     _warn_anonymous(path, recv_names)
 
     for i, node in enumerate(nodes):
+        if i in built:
+            continue
         for out in node.output:
             if not out:
                 continue
@@ -323,6 +412,8 @@ def import_onnx(path, mode: str = "inference", batch: int | None = None, buffers
             tensor_src[out] = names[i]
     taken = set(recv_names)
     for i, node in enumerate(nodes):
+        if i in built:
+            continue
         name = names[i]
         if name in taken:
             raise ImportFailure(f"{path}: node name {name!r} is also an initializer name; cannot tell them apart")
@@ -340,6 +431,8 @@ def import_onnx(path, mode: str = "inference", batch: int | None = None, buffers
             dtypes=[d for _, d in out_info],
         )
     for i, ins in enumerate(inputs):
+        if i in built:
+            continue
         for x in ins:
             src = tensor_src.get(x)
             if src is not None:
