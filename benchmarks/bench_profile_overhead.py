@@ -34,7 +34,7 @@ def main() -> int:
     import torch
 
     from dlsched.factory import call_factory
-from dlsched.importers.torch_importer import import_factory, trace_factory
+    from dlsched.importers.torch_importer import import_factory, trace_factory
     from dlsched.profiling.torch_profiler import profile_torch, timing_interpreter
 
     spec = str(REPO / "examples" / "torch_models.py") + ":resnet50"
