@@ -8,7 +8,7 @@ CACHE ?= .cache/models
 export TF_CPP_MIN_LOG_LEVEL := 3
 export DLSCHED_CACHE := $(abspath $(CACHE))
 
-.PHONY: venv demo test layers gate bench clean
+.PHONY: venv demo test layers gate docs bench clean
 
 venv: $(STAMP)
 
@@ -21,8 +21,9 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	bash examples/demo.sh
 
-# The layers contract and the regression gate on the example models run first, so pytest's summary is the last line.
-test: $(STAMP) layers gate
+# The layers contract, the regression gate on the example models and the docs build run first,
+# so pytest's summary is the last line.
+test: $(STAMP) layers gate docs
 	$(PY) -m pytest -q -p no:cacheprovider
 
 # The import-linter contract in pyproject.toml: the layers only point down.
@@ -31,6 +32,10 @@ layers: $(STAMP)
 
 gate: $(STAMP)
 	bash examples/ci/gate_examples.sh
+
+# The chapters in docs/ (mkdocs.yml), into site/; --strict turns a broken link or a page left out of the nav into a failure.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py
