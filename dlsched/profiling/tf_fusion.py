@@ -4,7 +4,8 @@ TensorFlow rewrites chains of nodes into one kernel before running them:
 
 - oneDNN's graph rewrite (on by default on x86 CPUs with AVX-512, off with
   ``TF_ENABLE_ONEDNN_OPTS=0``; it runs even with Grappler off): Conv2D + BiasAdd
-  → ``_MklNativeConv2DWithBias``, Pad + Conv2D → ``_MklNativePadWithConv2D``;
+  → ``_MklNativeConv2DWithBias``, Pad + Conv2D → ``_MklNativePadWithConv2D``,
+  Conv2DBackpropFilter + BiasAddGrad → ``_MklNativeConv2DBackpropFilterWithBias``;
 - Grappler's remapper: Conv2D/MatMul + BiasAdd (+ Relu …) → ``_FusedConv2D`` /
   ``_FusedMatMul``, FusedBatchNorm + Relu → ``_FusedBatchNormEx``, which oneDNN
   turns into ``_MklNativeFusedConv2D``, ``_MklNativeFusedMatMul`` ….
@@ -24,7 +25,10 @@ The rule, in one place for the profiler and the timeline import:
 2. Its *group* is that node plus every compute op upstream of it that ran no
    kernel of its own, walking predecessors until ops that did (or recvs, or fed
    inputs). When a kernel ran, all its inputs were computed; the upstream nodes
-   that left no entry are exactly the ones folded into it.
+   that left no entry are exactly the ones folded into it. A kernel that also
+   computes a sibling from the same inputs (:data:`SIBLING_FUSIONS`:
+   ``_MklNativeConv2DBackpropFilterWithBias`` is the filter gradient and the
+   ``BiasAddGrad`` beside it) takes in that sibling when it ran no kernel.
 3. The kernel's time goes to the group member doing the arithmetic: its
    convolution or matrix product (by op type, as :mod:`dlsched.profiling.flops`
    classes them, so it holds with unknown shapes too); without one (BatchNorm +
@@ -61,6 +65,10 @@ from dlsched.dag import COMPUTE, Graph
 from .flops import CONV, MATMUL, normalise, op_cost
 
 _ONEDNN_PREFIX = re.compile(r"^_Mkl(Native)?")
+# Kernels that also compute a sibling of the node they are named after, from the same input: oneDNN's
+# filter gradient with the bias gradient, both reductions of one out_backprop (EfficientNet's
+# squeeze-and-excitation convolutions in training).
+SIBLING_FUSIONS = {"Conv2DBackpropFilterWithBias": "BiasAddGrad"}
 
 
 @dataclass(frozen=True)
@@ -144,6 +152,12 @@ def find_fusions(graph: Graph, kernel_ops: Mapping[str, str], ran: Collection[st
                 continue
             group.add(p)
             stack.extend(graph.predecessors(p))
+        if _ONEDNN_PREFIX.sub("", kernel_ops[node.name]) in SIBLING_FUSIONS:
+            wanted = SIBLING_FUSIONS[_ONEDNN_PREFIX.sub("", kernel_ops[node.name])]
+            preds = set(graph.predecessors(node.name))
+            group |= {s for p in preds for s in graph.successors(p)
+                      if graph.op(s).op_type == wanted and s not in ran and s not in taken
+                      and set(graph.predecessors(s)) <= preds}
         if len(group) < 2:
             continue  # a kernel renamed but alone (e.g. HostConst for a Const): nothing to split
         members = sorted(group, key=lambda n: graph.op(n).index)
