@@ -17,6 +17,7 @@ import functools
 import json
 import warnings
 
+import numpy as np
 import pytest
 
 from tests.conftest import assert_ok_and_quiet, run_cli
@@ -102,3 +103,52 @@ def bert_onnx(tmp_path_factory):
 @pytest.mark.parametrize("mode", MODES)
 def test_hf_bert_exported_to_onnx_through_the_cli(bert_onnx, mode, tmp_path):
     _user_steps(str(bert_onnx), mode, _named_parameters("bert"), tmp_path, capture=None)
+
+
+@pytest.fixture(scope="module")
+def dynamo_exports(tmp_path_factory):
+    """BERT and the example ResNet-50 exported as a user calls it in torch 2.13: ``torch.onnx.export(model, args,
+    f)``, the dynamo exporter (onnxscript), weights in a ``.onnx.data`` file beside it, constants folded."""
+    import torch
+
+    from dlsched.factory import call_factory
+
+    folder = tmp_path_factory.mktemp("dynamo")
+    paths = {}
+    for name, spec in (("bert", f"{HF}:bert"), ("resnet50", "examples/torch_models.py:resnet50")):
+        module, inputs, _ = call_factory(spec, batch=2)
+        paths[name] = folder / f"{name}.onnx"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(module.eval(), inputs, str(paths[name]))
+        assert paths[name].with_name(f"{name}.onnx.data").exists()
+        paths[name + ":parameters"] = sum(1 for _ in module.named_parameters())
+    return paths
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", ["bert", "resnet50"])
+def test_default_onnx_exporter_through_the_cli(dynamo_exports, name, mode, tmp_path):
+    """inspect says what the exporter folded (ResNet-50's BatchNorm goes into its convolutions, BERT's weights
+    are stored transposed under new names), and the file goes through profile, order and simulate in both modes."""
+    import onnx
+
+    model = dynamo_exports[name]
+    summary = _ok(run_cli("inspect", model, "--mode", mode, "--json"))
+    folded = summary["exporter_folded"]
+    if name == "resnet50":  # BatchNorm into the convolutions: 53 layers' weight and bias, 25,557,032 in torch
+        assert folded["parameters"] == 106 and folded["rules"]["FuseBatchNormIntoConv"] == 53
+        assert summary["recv_ops"] + folded["parameters"] == dynamo_exports[name + ":parameters"]
+        stored = onnx.load(str(model))
+        assert summary["param_count"] == sum(int(np.prod(t.dims)) for t in stored.graph.initializer
+                                          if t.data_type == onnx.TensorProto.FLOAT) == 25_503_912
+    else:  # transposed weights stored anew, under names the exporter made up
+        assert 0 < folded["parameters"] < dynamo_exports[name + ":parameters"]
+    oracle, prio = tmp_path / "oracle.csv", tmp_path / "tac.json"
+    prof = _ok(run_cli("profile", model, "--mode", mode, "-o", oracle, "--runs", "2", "--json"))
+    assert prof["timed"] == summary["compute_ops"] and not prof["untimed"]
+    order = _ok(run_cli("order", model, "--mode", mode, "--algo", "tac", "--oracle", oracle, "-o", prio, "--json"))
+    assert order["transfers"] == summary["recv_ops"]
+    sim = _ok(run_cli("simulate", model, "--mode", mode, "--oracle", oracle, "--priorities", prio, "--json"))
+    assert sim["makespan"] == pytest.approx(order["makespan"])

@@ -30,7 +30,9 @@ def summarize(graph: Graph) -> dict:
         ``longest_path``, ``op_types`` (compute op type → count, most common
         first), ``parameter_servers``, ``mode``, ``name``, ``fingerprint`` and
         ``capture`` (how a torch graph was captured, ``symbolic_trace`` or
-        ``make_fx``; ``None`` for other formats).
+        ``make_fx``; ``None`` for other formats), and for an ONNX file that
+        torch's exporter optimised, ``exporter_folded`` (how many of the
+        module's parameters it folded into others, by which rules).
     """
     g = graph.nx
     types = Counter(op.op_type or "?" for op in graph.compute_ops())
@@ -45,4 +47,7 @@ def summarize(graph: Graph) -> dict:
         "parameter_servers": graph.ps_count,
         "fingerprint": graph.fingerprint(),
         "capture": graph.capture,
+        # An optimised ONNX export's folded parameters: the figures are for the folded model.
+        **({"exporter_folded": graph.source["exporter_folded"]} if (graph.source or {}).get("exporter_folded")
+           else {}),
     }

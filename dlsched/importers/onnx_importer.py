@@ -233,7 +233,8 @@ def _infer(model, path: Path, batch: int | None) -> dict:
 
 # Ops that only re-lay one initializer (an exported Linear's Transpose(weight) → MatMul): part of reading it.
 PARAM_VIEWS = {"Transpose", "Cast", "Reshape", "Identity", "Unsqueeze", "Squeeze", "Flatten"}
-ANONYMOUS = re.compile(r"^onnx::")  # initializers the torch exporter made up while folding constants
+# Initializers the torch exporters made up while folding constants (TorchScript's onnx::…, dynamo's val_N).
+ANONYMOUS = re.compile(r"^onnx::|^val_\d+$")
 
 
 def _warn_anonymous(path, names: set[str]) -> None:
@@ -247,8 +248,8 @@ def _warn_anonymous(path, names: set[str]) -> None:
             f"{path}: {len(anonymous)} of {len(names)} transfers have names the exporter made up (e.g. "
             f"{anonymous[0]}): constant folding replaced those parameters (a transposed weight becomes a new "
             "initializer), so the transfers no longer match the model's parameters one to one and a priority "
-            "file cannot name them for a hook. Export with torch.onnx.export(..., do_constant_folding=False) to "
-            "keep the names."), stacklevel=3)
+            "file cannot name them for a hook. Export with torch.onnx.export(..., optimize=False) (the dynamo "
+            "exporter) or do_constant_folding=False (dynamo=False) to keep the names."), stacklevel=3)
 
 
 # Inputs that hold an op's weights: a tensor computed from constants alone that feeds one of these is a
@@ -319,6 +320,31 @@ def computed_weights(nodes, inputs: list[list[str]], initializers: set[str], inf
     return weights, drop
 
 
+def exporter_folding(model) -> dict | None:
+    """What torch's dynamo exporter folded away, from the provenance it writes on each node.
+
+    ``torch.onnx.export`` (dynamo, the default in torch 2.13) optimises the
+    graph: in eval mode BatchNorm goes into the convolutions, so the file holds
+    fewer parameters than the module. Each node records the rewrite rules
+    applied to it and the fx node it came from, whose ``%p_…`` arguments name
+    the module's parameters. Those the file no longer holds are what was
+    folded: ``{"parameters": n, "rules": {rule: nodes}}``, or ``None`` for a
+    file without such records.
+    """
+    rules: dict[str, int] = {}
+    named: set[str] = set()
+    for node in model.graph.node:
+        meta = {p.key: p.value for p in node.metadata_props}
+        for rule in filter(None, (r.strip() for r in meta.get("pkg.onnxscript.rewriter.rule_name", "").split(","))):
+            rules[rule] = rules.get(rule, 0) + 1
+        named |= {p.lower() for p in re.findall(r"%p_(\w+)", meta.get("pkg.torch.onnx.fx_node", ""))}
+    held = {re.sub(r"\W", "_", t.name).lower() for t in model.graph.initializer}  # the fx names are lower case
+    folded = named - held
+    if not folded:
+        return None
+    return {"parameters": len(folded), "rules": dict(sorted(rules.items(), key=lambda kv: -kv[1]))}
+
+
 def import_onnx(path, mode: str = "inference", batch: int | None = None, buffers: bool = False) -> Graph:
     """Import the ONNX model at ``path`` into a :class:`~dlsched.dag.Graph`.
 
@@ -368,6 +394,9 @@ def import_onnx(path, mode: str = "inference", batch: int | None = None, buffers
                 for i in BN_STAT_INPUTS if len(n.input) > i}
 
     graph = Graph(path.stem, mode, {"format": "onnx", "path": str(path), "batch": batch})
+    folded = exporter_folding(model)
+    if folded:
+        graph.source["exporter_folded"] = folded
     tensor_src: dict[str, str] = {}  # tensor name → op producing it (recv or compute)
     for t in g.initializer:
         if t.data_type not in FLOAT_TYPES or t.name not in consumed or t.name in tensor_src:
