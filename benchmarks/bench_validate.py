@@ -270,7 +270,7 @@ def main() -> int:
     a = ap.parse_args()
     if a.report:
         return write_report(_load_parts())
-    from dlsched.hooks import netns
+    from dlsched.runtime import netns
     if not netns.available():
         print("SKIP: bench_validate needs root with ip and tc (network namespaces, tc-shaped link); not run")
         return 0

@@ -43,7 +43,7 @@ def train_allreduce(collective, processes, iterations, imbalance, step_pad, mode
     Compare with `dlsched simulate --step-time E --imbalance ... --compare
     allreduce,solo,majority`.
     """
-    from dlsched.hooks.eager_sgd import compare_collectives
+    from dlsched.jobs.eager_sgd import compare_collectives
 
     out = compare_collectives([c.strip() for c in collective.split(",")], processes, iterations,
                               imbalance=imbalance, step_pad=step_pad, seed=seed, dim=dim, batch=batch, lr=lr,

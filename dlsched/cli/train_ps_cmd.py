@@ -1,6 +1,6 @@
 """``dlsched train-ps``: a real parameter-server run whose per-worker batches follow a policy (LB-BSP, DESIGN §5.1).
 
-The run: :func:`dlsched.hooks.policy_run.train_with_policy`; the tables: :mod:`.train_ps_views`;
+The run: :func:`dlsched.jobs.policy_run.train_with_policy`; the tables: :mod:`.train_ps_views`;
 the plot: :mod:`dlsched.formats.batch_plot`.
 """
 from __future__ import annotations
@@ -48,7 +48,7 @@ def train_ps(model, workers, servers, global_batch, batch_policy, predictor, cpu
     With --cpu-quota each worker runs in a cgroup of its own limited to that
     share of a core, removed afterwards.
     """
-    from dlsched.hooks.policy_run import frames, train_with_policy
+    from dlsched.jobs.policy_run import frames, train_with_policy
 
     out = train_with_policy(model, workers=workers, servers=servers, global_batch=global_batch,
                             policy=batch_policy, predictor=predictor, quotas=parse_list(cpu_quota, float, "--cpu-quota", "shares of a core, e.g. 0.5,0.25,0.125,0.125"), swaps=list(swaps),

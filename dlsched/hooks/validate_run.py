@@ -3,7 +3,7 @@
 :func:`run_validation` is what ``dlsched validate MODEL`` runs:
 
 1. **Hosts.** As root, one network namespace per rank joined by a bridge,
-   the server's link shaped to ``rate`` by ``tc`` (:mod:`dlsched.hooks.netns`);
+   the server's link shaped to ``rate`` by ``tc`` (:mod:`dlsched.runtime.netns`);
    otherwise plain localhost processes, unshaped, and the result says so.
 2. **In-situ oracle.** Compute: every op of the model profiled with the
    cluster's intra-op threads per process (the median of ``runs`` runs, since
@@ -90,7 +90,7 @@ class Hosts:
         return [self.cluster.exec_prefix(i) for i in range(self.ranks)] if self.cluster else None
 
     def envs(self) -> list[dict] | None:
-        from .launcher import rank_env
+        from dlsched.runtime.launcher import rank_env
         return [rank_env(self.cluster.ifname(i)) for i in range(self.ranks)] if self.cluster else None
 
     def init_method(self) -> str | None:
@@ -111,7 +111,7 @@ def open_hosts(network: str, ranks: int, rate: str | None) -> Hosts:
     DlschedError
         ``netns`` asked for without root, or the namespaces cannot be made.
     """
-    from . import netns
+    from dlsched.runtime import netns
     if network not in NETWORKS:
         raise DlschedError(f"--network must be one of {', '.join(NETWORKS)}, got {network!r}")
     if network == "netns" and not netns.available():
@@ -180,7 +180,7 @@ def measure_link(hosts: Hosts, timeout: float = 60.0):
     """
     from dlsched.profiling.network import LinkMeasurement, NetworkError, _read_line, _reap, measure_local
 
-    from .netns import tc_rate_bytes
+    from dlsched.runtime.netns import tc_rate_bytes
     sizes = link_sizes(tc_rate_bytes(hosts.rate) if hosts.rate else None)
     if hosts.cluster is None:
         return link_from_minima(measure_local(sizes=sizes, repeats=3, timeout=timeout))
@@ -364,7 +364,7 @@ def run_orders(model: str, graph, oracle: InSituOracle, hosts: Hosts, orders: Se
     """Run every order for real in one job, interleaved; calibrate the oracle's compute from it; simulate each.
 
     The job's iterations go round the slots ``calibration, calibration-tic,
-    *orders``, one iteration each (:attr:`~dlsched.hooks.ps_config.PSConfig.rotation`),
+    *orders``, one iteration each (:attr:`~dlsched.runtime.ps_config.PSConfig.rotation`),
     for ``warmup`` dropped rounds and then ``iterations`` measured ones. Run
     one after another, the orders met a small VM in different moods: its
     speed drifted by 10% over minutes, which moved the measured throughput
@@ -394,7 +394,7 @@ def run_orders(model: str, graph, oracle: InSituOracle, hosts: Hosts, orders: Se
     from dlsched.analyses.validate import (measured_iterations, observed_priorities, predict_iterations,
                                            replay_iteration)
 
-    from .timeline import Timeline
+    from dlsched.timeline import Timeline
     prios = {name: None if name == "random" else compute_order(graph, name, oracle.times) for name in orders}
     tic = prios.get("tic") or compute_order(graph, "tic", oracle.times)
     slots = [*CALIBRATION, *orders]
@@ -481,8 +481,8 @@ def run_validation(model: str, *, workers: int = 2, servers: int = 1, rate: str 
     from dlsched.analyses.links import LINK_POLICIES
     from dlsched.importers.loader import detect_format, load_model
 
-    from . import netns
-    from .ps_config import check_settings
+    from dlsched.runtime import netns
+    from dlsched.runtime.ps_config import check_settings
     bad = sorted(set(orders) - set(ORDERS))
     if bad or not orders or len(set(orders)) != len(orders):
         raise DlschedError(f"--orders takes distinct names among {', '.join(ORDERS)}, got {', '.join(orders) or '-'}")
