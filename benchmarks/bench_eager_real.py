@@ -52,7 +52,7 @@ def med(xs):
 
 
 def real(collectives, iterations, imbalance, seed, pad=E, **kw):
-    from dlsched.hooks.eager_sgd import compare_collectives
+    from dlsched.jobs.eager_sgd import compare_collectives
     return compare_collectives(collectives, P, iterations, imbalance=imbalance, step_pad=pad, seed=seed,
                                dim=DIM, batch=BATCH, timeout=60, **kw)["collectives"]
 

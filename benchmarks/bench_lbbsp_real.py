@@ -97,7 +97,7 @@ def replay(run, spec, c):
 
 
 def one_repeat(seed: int) -> dict:
-    from dlsched.hooks.policy_run import train_with_policy
+    from dlsched.jobs.policy_run import train_with_policy
     runs, loads = {}, []
     for name, its, swaps in (("bsp", SHORT, []), ("lbbsp-cpu", LONG, [f"{SWAP}:0,1"]),
                              ("lbbsp-gpu", LONG, [f"{SWAP}:0,1"])):
@@ -182,7 +182,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
-    from dlsched.hooks.cgroups import unavailable
+    from dlsched.runtime.cgroups import unavailable
     why = unavailable()
     if why:
         print(f"skipped: cgroups unavailable ({why})")
@@ -190,7 +190,7 @@ def main() -> int:
     import torch
 
     from dlsched.formats.batch_plot import plot_batches
-    from dlsched.hooks.policy_run import frames, quota_prediction
+    from dlsched.jobs.policy_run import frames, quota_prediction
     reps = []
     for seed in range(args.repeats):
         reps.append(one_repeat(seed))

@@ -68,7 +68,8 @@ def _save_parts(parts: dict) -> None:
 
 
 def _one(model: str, mode: str, rate: str, orders, iterations: int) -> dict:
-    from dlsched.hooks.validate_run import report, run_validation
+    from dlsched.answers.validate import report
+    from dlsched.jobs.validate_run import run_validation
     v = run_validation(MODELS[model], workers=2, servers=1, rate=rate, mode=mode, orders=orders,
                        iterations=iterations, warmup=WARMUP, batch=BATCH[(model, mode)], network="netns",
                        say=lambda s: print(f"  {s}", flush=True))
@@ -88,7 +89,7 @@ def _regimes(entry: dict) -> dict:
 
 
 def run_part(part: str, regimes: bool) -> None:
-    from dlsched.hooks.validate_run import pick_rate
+    from dlsched.jobs.validate_run import pick_rate
     model, mode = part.split("/")
     parts = _load_parts()
     entry = parts.get(part, {}) if regimes else {}
@@ -270,7 +271,7 @@ def main() -> int:
     a = ap.parse_args()
     if a.report:
         return write_report(_load_parts())
-    from dlsched.hooks import netns
+    from dlsched.runtime import netns
     if not netns.available():
         print("SKIP: bench_validate needs root with ip and tc (network namespaces, tc-shaped link); not run")
         return 0

@@ -10,7 +10,7 @@ with a full trace. Prints the observed read order and the losses.
     python examples/tf_cluster_example.py [--order reverse] [--window 1] [--no-hook] [--json]
                                           [--steps N] [--timeout SECONDS]
 
-The server tasks never outlive this launcher (:mod:`dlsched.hooks.lifetime`):
+The server tasks never outlive this launcher (:mod:`dlsched.runtime.lifetime`):
 each one watches it (``--parent PID``) and ends as soon as it dies, even by
 SIGKILL, and while they run SIGTERM, SIGINT (Ctrl-C) or SIGHUP first kill both
 servers, then end the launcher (exit 143 / 130 / 129). ``--timeout`` bounds the
@@ -47,7 +47,7 @@ def free_port() -> int:
 
 def serve(cluster: dict, job: str, task: int, parent: int | None) -> None:
     if parent is not None:  # before importing TF: a launcher killed during start-up is noticed too
-        from dlsched.hooks.lifetime import watch_launcher
+        from dlsched.runtime.lifetime import watch_launcher
         watch_launcher(parent, name=f"the {job} server")
     import tensorflow as tf
     server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name=job, task_index=task, start=True)
@@ -154,7 +154,7 @@ def main() -> int:
         print("dlsched: error: --timeout must be a finite number of seconds above 0, and --steps at least 1",
               file=sys.stderr)
         return 2
-    from dlsched.hooks.lifetime import children_die_with_launcher, end_children
+    from dlsched.runtime.lifetime import children_die_with_launcher, end_children
     cluster = {"ps": [f"localhost:{free_port()}"], "worker": [f"localhost:{free_port()}"]}
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
     procs: list[subprocess.Popen] = []

@@ -6,7 +6,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from dlsched.analyses.calibration import MAX_OVERLAP, MIN_SPREAD, calibrate_compute, compute_split
-from dlsched.hooks.timeline import IterationRecord, compute_spans
+from dlsched.timeline import IterationRecord, compute_spans
 
 positive = st.floats(0.01, 10.0, allow_nan=False)
 split = st.tuples(st.floats(0.0, 5.0), st.floats(0.001, 5.0))

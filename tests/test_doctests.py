@@ -29,6 +29,7 @@ NEEDS = {
     "dlsched.hooks.torch_ps": "torch",
     "dlsched.importers.onnx_importer": "onnx",
     "dlsched.importers.torch_importer": "torch",
+    "dlsched.jobs.eager_sgd": "torch",
     "dlsched.planning.measure": "torch",
     "dlsched.profiling.torch_profiler": "torch",
 }

@@ -27,13 +27,13 @@ SMALL = dict(dim=64, batch=16, shard_batches=4, timeout=20)
 
 
 def _cfg(collective, iterations, step_times=None, **kw):
-    from dlsched.hooks.eager_sgd import EagerConfig
+    from dlsched.jobs.eager_sgd import EagerConfig
     return EagerConfig(collective=collective, processes=4, iterations=iterations,
                        step_times=step_times or [[0.0] * 4] * iterations, **{**SMALL, **kw})
 
 
 def test_full_collective_gives_ddp_parameters():
-    from dlsched.hooks.eager_sgd import train_allreduce
+    from dlsched.jobs.eager_sgd import train_allreduce
     ddp, full = (train_allreduce(_cfg(c, 5)) for c in ("ddp", "full"))
     assert full.mean_nap == 4 and full.queued_at_end == 0 and full.initiators_agree and full.initiators_active
     want = ddp.extra["results"][0]["params"]
@@ -43,7 +43,7 @@ def test_full_collective_gives_ddp_parameters():
 
 
 def test_solo_loses_no_gradient_and_syncs_replicas():
-    from dlsched.hooks.eager_sgd import train_allreduce
+    from dlsched.jobs.eager_sgd import train_allreduce
     steps = [[0.01] * 4 for _ in range(12)]
     steps[2][1] = 0.25  # rank 1 falls behind at step 2: its gradients go stale, its replica drifts
     run = train_allreduce(_cfg("solo", 12, steps, model_sync_every=4))
@@ -92,7 +92,7 @@ def test_cli_refuses_bad_input_before_starting(args, needle):
 
 @pytest.mark.parametrize("how", ["kill", "stall"])
 def test_dead_or_stalled_rank_ends_every_other(how):
-    from dlsched.hooks.eager_sgd import EagerTrainingError, train_allreduce
+    from dlsched.jobs.eager_sgd import EagerTrainingError, train_allreduce
     timeout = 5
     cfg = _cfg("solo", 200, [[0.01] * 4] * 200, fail_rank=2, fail_step=3, fail_how=how, timeout=timeout)
     t0 = time.monotonic()
@@ -120,7 +120,7 @@ def test_dead_or_stalled_rank_ends_every_other(how):
     ({"fail_rank": 4}, "fail_rank must be a rank below"),
 ], ids=lambda v: ",".join(v) if isinstance(v, dict) else "why")
 def test_bad_settings_are_refused(kw, needle):
-    from dlsched.hooks.eager_sgd import EagerConfig, EagerConfigError
+    from dlsched.jobs.eager_sgd import EagerConfig, EagerConfigError
     args = {"collective": "solo", "processes": 4, "iterations": 1, **kw}
     with pytest.raises(EagerConfigError, match=needle) as ei:
         EagerConfig(**args)
@@ -136,7 +136,7 @@ def test_cli_timeout_bounds_every_wait_in_the_ranks():
 
 def test_job_stopped_at_its_limit_says_so():
     """The launcher kills ranks still running at the job's limit, and the error says why (not only the signal)."""
-    from dlsched.hooks.eager_sgd import EagerTrainingError, train_allreduce
+    from dlsched.jobs.eager_sgd import EagerTrainingError, train_allreduce
     cfg = _cfg("solo", 2, [[30.0] * 4] * 2, timeout=60)
     t0 = time.monotonic()
     with pytest.raises(EagerTrainingError, match="ran past its limit of 3 s and was stopped") as ei:

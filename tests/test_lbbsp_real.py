@@ -17,10 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dlsched.errors import DlschedError
-from dlsched.hooks.batch_manager import gradient_weight, slices
-from dlsched.hooks.cgroups import CPU_ROOT, CgroupError, CpuCgroup, cpu_share, unavailable
-from dlsched.hooks.policy_run import check_quotas, quota_prediction
-from dlsched.hooks.throttled_run import parse_changes
+from dlsched.jobs.policy_run import check_quotas, quota_prediction
+from dlsched.jobs.throttled_run import parse_changes
+from dlsched.runtime.batch_manager import gradient_weight, slices
+from dlsched.runtime.cgroups import CPU_ROOT, CgroupError, CpuCgroup, cpu_share, unavailable
 from tests.conftest import assert_clean_error, run_cli
 
 MODEL = "examples/torch_models.py:small_cnn"
@@ -139,7 +139,7 @@ def test_unequal_changing_batches_train_like_one_process():
 def test_throttled_worker_gets_a_smaller_batch_and_cgroups_go():
     """A worker limited to 1/8 of a core by its cgroup ends with a much smaller batch under lbbsp-cpu,
     reports its quota, and no cgroup of ours is left afterwards."""
-    from dlsched.hooks.policy_run import train_with_policy
+    from dlsched.jobs.policy_run import train_with_policy
     out = train_with_policy(MODEL, workers=2, global_batch=16, policy="lbbsp-cpu", predictor="memoryless",
                             quotas=[1.0, 0.125], iterations=12, timeout=30)
     last = out["history"][-1]

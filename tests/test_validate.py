@@ -14,10 +14,11 @@ from hypothesis import strategies as st
 
 from dlsched.analyses.multiworker_bounds import rate_ops, trace_frame
 from dlsched.analyses.validate import fit_line, iteration_stats, observed_priorities, relative_error
-from dlsched.hooks import netns
-from dlsched.hooks.timeline import IterationRecord, Timeline, compute_spans
-from dlsched.hooks.validate_run import link_from_minima, link_sizes, pick_rate
+from dlsched.jobs.validate_run import pick_rate
+from dlsched.profiling.link import link_from_minima, link_sizes
 from dlsched.profiling.network import LinkMeasurement
+from dlsched.runtime import netns
+from dlsched.timeline import IterationRecord, Timeline, compute_spans
 from tests.conftest import assert_clean_error, run_cli
 
 REPO = Path(__file__).resolve().parents[1]

@@ -88,7 +88,7 @@ def main() -> int:
         print("SKIP: the enforcement benchmark needs root (ip netns, tc); not run")
         return 0
     from dlsched.hooks.torch_ps import PSConfig, launch_local, order_from_module, rank_env
-    from dlsched.hooks.netns import Cluster
+    from dlsched.runtime.netns import Cluster
     num, unit = a.rate.lower().rstrip("bit"), 1.0  # tc syntax: 1gbit, 500mbit
     for suffix, mult in (("g", 1e9), ("m", 1e6), ("k", 1e3)):
         if num.endswith(suffix):

@@ -24,6 +24,8 @@ from typing import Sequence
 
 import numpy as np
 
+from dlsched.timeline import compute_spans
+
 #: Least spread (standard deviation) of the compute beside transfers, as a share of the
 #: profile's step, from which the slow-down beside transfers is fitted; below it the
 #: calibration iterations hardly computed beside transfers and it stays 1.
@@ -58,20 +60,19 @@ def compute_split(record) -> tuple[float, float]:
     """Seconds one worker computed in one iteration beside its own transfers, and with its link quiet.
 
     Busy time is compute start to end less the waits that blocked it
-    (:func:`~dlsched.hooks.timeline.compute_spans`); the worker's transfers are
+    (:func:`~dlsched.timeline.compute_spans`); the worker's transfers are
     in flight from the iteration's start to its last parameter's arrival and
     during each gradient's send, as in the simulator
     (:func:`~dlsched.analyses.multiworker.run_workers`).
 
     Examples
     --------
-    >>> from dlsched.hooks.timeline import IterationRecord
+    >>> from dlsched.timeline import IterationRecord
     >>> r = IterationRecord(0, 0, 0.0, 0.1, 1.0, arrivals={"a": 0.1, "b": 0.6}, compute_end=0.9,
     ...                     stalls=[[0.3, 0.4]], grad_sends={"a": [0.8, 0.85]})
     >>> tuple(round(x, 3) for x in compute_split(r))
     (0.45, 0.25)
     """
-    from dlsched.hooks.timeline import compute_spans
     busy = [(record.start, record.last_arrival if record.arrivals else record.start)]
     busy += sorted((a, b) for a, b in record.grad_sends.values())
     merged: list[list[float]] = []

@@ -1,7 +1,7 @@
 """Predicted against measured: the figures of one order's real run beside its simulation (DESIGN §4.7).
 
 Pure functions over data: the measured side comes from a parameter-server
-run's :class:`~dlsched.hooks.timeline.Timeline` (per iteration: the span from
+run's :class:`~dlsched.timeline.Timeline` (per iteration: the span from
 the previous iteration's end to its last worker's end, and each worker's
 makespan), the predicted side from
 :func:`~dlsched.analyses.multiworker.simulate_workers` with the in-situ oracle.
@@ -46,12 +46,12 @@ def measured_iterations(timeline, skip: int = 0) -> list[dict]:
 
     The iteration time is the span from the previous iteration's end (the
     first iteration: its earliest worker's start) to its latest worker's end
-    (:meth:`~dlsched.hooks.timeline.Timeline.iteration_spans`); the straggler share is ``(max_i m_i − min_i m_i) /
+    (:meth:`~dlsched.timeline.Timeline.iteration_spans`); the straggler share is ``(max_i m_i − min_i m_i) /
     max_i m_i`` over the workers' makespans ``m_i`` from that common start.
 
     Examples
     --------
-    >>> from dlsched.hooks.timeline import IterationRecord, Timeline
+    >>> from dlsched.timeline import IterationRecord, Timeline
     >>> t = Timeline([IterationRecord(0, 0, 0.0, 0.1, 1.0), IterationRecord(1, 0, 0.0, 0.1, 0.8)])
     >>> measured_iterations(t)
     [{'iteration': 0, 'iteration_time': 1.0, 'straggler_share': 0.19999999999999996}]
@@ -73,7 +73,7 @@ def observed_priorities(record) -> dict[str, int]:
 
     Examples
     --------
-    >>> from dlsched.hooks.timeline import IterationRecord
+    >>> from dlsched.timeline import IterationRecord
     >>> observed_priorities(IterationRecord(0, 0, 0, 0, 1, sent_order={0: ["b", "a"], 1: ["c"]}))
     {'b': 0, 'a': 1, 'c': 0}
     """

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import click
 
-from .common import FiniteFloat
+from dlsched.answers import net_peer as answer
+
+from .common import FiniteFloat, gather
 
 
 @click.command("net-peer")
@@ -15,7 +17,8 @@ from .common import FiniteFloat
               help="Serve this many measurements, then exit; 0 serves until interrupted.")
 @click.option("--timeout", type=FiniteFloat(min=0.1), default=60.0, show_default=True,
               help="Seconds any wait inside a measurement may take before it is abandoned.")
-def net_peer(host, port, sessions, timeout):
+@gather("listen", answer.Listen, ("host", "port", "sessions", "timeout"))
+def net_peer(listen):
     """Serve network measurements over torch.distributed (gloo).
 
     Start this on the machine at the other end of the link, then run
@@ -25,9 +28,4 @@ def net_peer(host, port, sessions, timeout):
     (protocol: dlsched.profiling.network). Prints one line
     ``dlsched net-peer listening on HOST:PORT`` when ready.
     """
-    from dlsched.profiling.network import serve_peer
-
-    def announce(line: str) -> None:
-        click.echo(line)
-
-    serve_peer(host=host, port=port, sessions=sessions, timeout=timeout, announce=announce)
+    answer.net_peer(listen, announce=click.echo)

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import click
 
-from .common import (DURATION, NONNEG_INT, POSITIVE_DURATION, POSITIVE_FLOAT, POSITIVE_INT, SEED, column_table,
-                     console, emit_json, fmt_seconds, key_value_table)
+from dlsched.answers import train_allreduce as answer
+
+from .common import DURATION, NONNEG_INT, POSITIVE_DURATION, POSITIVE_FLOAT, POSITIVE_INT, SEED, emit_json, gather
+from .train_allreduce_views import render
 
 
 @click.command("train-allreduce")
@@ -30,8 +32,10 @@ from .common import (DURATION, NONNEG_INT, POSITIVE_DURATION, POSITIVE_FLOAT, PO
 @click.option("--timeout", type=POSITIVE_DURATION, default=30.0,
               help="Longest any single wait may take; a dead or stalled process ends the job [default: 30s].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
-def train_allreduce(collective, processes, iterations, imbalance, step_pad, model_sync_every, barrier, dim, batch,
-                    lr, seed, timeout, as_json):
+@gather("run", answer.Run, ("processes", "iterations", "seed", "timeout"))
+@gather("load", answer.Load, ("imbalance", "step_pad", "barrier"))
+@gather("regression", answer.Regression, ("dim", "batch", "lr", "model_sync_every"))
+def train_allreduce(collective, run, load, regression, as_json):
     """Train a hyperplane regression (eager-SGD §7.2.1) for real on PROCESSES local gloo processes.
 
     Each collective runs as its own job: `ddp` is torch's DistributedDataParallel
@@ -43,23 +47,8 @@ def train_allreduce(collective, processes, iterations, imbalance, step_pad, mode
     Compare with `dlsched simulate --step-time E --imbalance ... --compare
     allreduce,solo,majority`.
     """
-    from dlsched.hooks.eager_sgd import compare_collectives
-
-    out = compare_collectives([c.strip() for c in collective.split(",")], processes, iterations,
-                              imbalance=imbalance, step_pad=step_pad, seed=seed, dim=dim, batch=batch, lr=lr,
-                              model_sync_every=model_sync_every, barrier=barrier, timeout=timeout)
+    out = answer.train_allreduce([c.strip() for c in collective.split(",")], run, load, regression)
     if as_json:
         emit_json(out)
         return
-    console.print(key_value_table(
-        f"hyperplane regression · {processes} processes × {iterations} steps · {out['activation']}",
-        [("imbalance", out["imbalance"]), ("step padded to", fmt_seconds(out["step_pad_s"])),
-         ("model synchronisation", f"every {model_sync_every} steps" if model_sync_every else "never")]))
-    console.print(column_table(
-        "collectives measured", ("collective", "steps/s", "speedup", "iteration", "latency", "NAP", "staleness",
-                                 "missed updates", "validation MSE"),
-        [(k, f"{c['steps_per_s']:.2f}", f"{c['speedup']:.2f}×" if "speedup" in c else "–",
-          fmt_seconds(c["mean_iteration_s"]), fmt_seconds(c["mean_latency_s"]),
-          f"{c['mean_nap']:.2f} / {processes}", f"{c['mean_staleness']:.2f} (max {c['max_staleness']})",
-          f"{c['missed_rate']:.1%}", f"{c['final_loss']:.4g}") for k, c in out["collectives"].items()],
-        left=("collective",)))
+    render(out, regression.model_sync_every)

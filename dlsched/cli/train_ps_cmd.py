@@ -1,15 +1,22 @@
 """``dlsched train-ps``: a real parameter-server run whose per-worker batches follow a policy (LB-BSP, DESIGN §5.1).
 
-The run: :func:`dlsched.hooks.policy_run.train_with_policy`; the tables: :mod:`.train_ps_views`;
-the plot: :mod:`dlsched.formats.batch_plot`.
+The answer: :func:`dlsched.answers.train_ps.train_ps`; the tables: :mod:`.train_ps_views`.
 """
 from __future__ import annotations
 
 import click
 
+from dlsched.answers import train_ps as answer
 from dlsched.units import parse_list
 
-from .common import POSITIVE_DURATION, POSITIVE_FLOAT, POSITIVE_INT, SEED, console, emit_json
+from .common import POSITIVE_DURATION, POSITIVE_FLOAT, POSITIVE_INT, SEED, console, emit_json, gather
+from .train_ps_views import history_table, phase_table
+
+
+def _cluster(workers: int, servers: int, cpu_quota: str | None, swaps: tuple[str, ...]) -> answer.Cluster:
+    """--cpu-quota is a comma-separated list of shares of a core, one per worker."""
+    quotas = parse_list(cpu_quota, float, "--cpu-quota", "shares of a core, e.g. 0.5,0.25,0.125,0.125")
+    return answer.Cluster(workers, servers, None if quotas is None else tuple(quotas), tuple(swaps))
 
 
 @click.command("train-ps")
@@ -37,8 +44,10 @@ from .common import POSITIVE_DURATION, POSITIVE_FLOAT, POSITIVE_INT, SEED, conso
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="Write a PNG of each worker's batch size and busy time, and the iteration time, over iterations.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
-def train_ps(model, workers, servers, global_batch, batch_policy, predictor, cpu_quota, swaps, iterations, lr,
-             seed, timeout, every, plot_path, as_json):
+@gather("cluster", _cluster, ("workers", "servers", "cpu_quota", "swaps"))
+@gather("batching", answer.Batching, ("global_batch", "batch_policy", "predictor"))
+@gather("training", answer.Training, ("iterations", "lr", "seed", "timeout"))
+def train_ps(model, cluster, batching, training, every, plot_path, as_json):
     """Train MODEL (a factory, e.g. examples/torch_models.py:small_cnn) for real on a local parameter-server job.
 
     Server 0's batch-size manager re-splits the global batch every iteration
@@ -48,23 +57,10 @@ def train_ps(model, workers, servers, global_batch, batch_policy, predictor, cpu
     With --cpu-quota each worker runs in a cgroup of its own limited to that
     share of a core, removed afterwards.
     """
-    from dlsched.hooks.policy_run import frames, train_with_policy
-
-    out = train_with_policy(model, workers=workers, servers=servers, global_batch=global_batch,
-                            policy=batch_policy, predictor=predictor, quotas=parse_list(cpu_quota, float, "--cpu-quota", "shares of a core, e.g. 0.5,0.25,0.125,0.125"), swaps=list(swaps),
-                            iterations=iterations, lr=lr, seed=seed, timeout=timeout)
-    if plot_path:
-        from dlsched.formats.batch_plot import plot_batches
-
-        steps, iters = frames({batch_policy: out})
-        plot_batches(steps, plot_path, iterations=iters,
-                     title=f"{model} · {workers} workers · X = {global_batch}"
-                           + (f" · quotas {cpu_quota}" if cpu_quota else ""))
+    out = answer.train_ps(model, cluster, batching, training, plot=plot_path)
     if as_json:
         emit_json(out)
         return
-    from .train_ps_views import history_table, phase_table
-
     console.print(history_table(out, every))
     console.print(phase_table(out))
     for w in out["warnings"]:

@@ -4,8 +4,15 @@ from __future__ import annotations
 import click
 
 from dlsched import limits
+from dlsched.answers import validate as answer
 
-from .common import POSITIVE_INT, SEED, emit_json, err_console, max_work_option
+from .common import POSITIVE_INT, SEED, emit_json, err_console, gather, max_work_option
+from .validate_views import render
+
+
+def _names(text: str) -> tuple[str, ...]:
+    """``random, tac`` → ``("random", "tac")``: the comma-separated --orders, blanks dropped."""
+    return tuple(o.strip() for o in text.split(",") if o.strip())
 
 
 @click.command()
@@ -35,8 +42,12 @@ from .common import POSITIVE_INT, SEED, emit_json, err_console, max_work_option
               help="PNG of predicted against measured, with the replayed-order fit (TicTac Fig. 12a).")
 @max_work_option(limits.CLUSTER)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
-def validate(model, mode, batch, workers, servers, rate, orders, iterations, warmup, threads, network, sharing,
-             seed, trace_out, plot, max_work, as_json):
+@gather("workload", answer.Workload, ("model", "mode", "batch"))
+@gather("cluster", answer.Cluster, ("workers", "servers", "rate", "network", "threads"))
+@gather("schedule", lambda orders, **run: answer.Schedule(_names(orders), **run),
+        ("orders", "iterations", "warmup", "seed"))
+@gather("outputs", answer.Outputs, ("sharing", "trace_out", "plot"))
+def validate(workload, cluster, schedule, outputs, max_work, as_json):
     """Run MODEL on a real parameter-server cluster under each order and compare with the simulator (DESIGN §4.7).
 
     As root the ranks run in network namespaces with the server's link shaped
@@ -46,16 +57,8 @@ def validate(model, mode, batch, workers, servers, rate, orders, iterations, war
     prints measured and predicted mean and p95 iteration time with the error,
     throughput over random, straggler share and the efficiency E.
     """
-    from dlsched.hooks.validate_run import run_validation, validation_outputs
-
-    from .validate_views import render
-
     say = (lambda line: err_console.print(f"[dim]validate:[/] {line}")) if not as_json else (lambda line: None)
-    v = run_validation(model, workers=workers, servers=servers, rate=rate, mode=mode,
-                       orders=tuple(o.strip() for o in orders.split(",") if o.strip()), iterations=iterations,
-                       warmup=warmup, batch=batch, threads=threads, network=network, seed=seed, max_work=max_work,
-                       say=say)
-    out = validation_outputs(v, sharing, trace_out=trace_out, plot=plot)
+    out = answer.validate(workload, cluster, schedule, outputs, max_work=max_work, say=say)
     if as_json:
         emit_json(out)
     else:

@@ -13,7 +13,7 @@ def _num(x, fmt="{:.3f}") -> str:
 
 
 def render(out: dict) -> None:
-    """Print :func:`dlsched.hooks.validate_run.validation_outputs`'s figures."""
+    """Print :func:`dlsched.answers.validate.validate`'s figures."""
     o = out["oracle"]
     console.print(key_value_table(
         f"{out['model']} ({out['mode']}): {out['workers']} workers, {out['servers']} server(s), batch {out['batch']}",

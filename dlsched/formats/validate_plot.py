@@ -14,7 +14,7 @@ from dlsched.atomic import atomic_path
 
 
 def write_validate_plot(report: dict, path: str | Path, points: list[tuple[float, float, str]] | None = None) -> None:
-    """Write the figure of a ``validate`` report (:func:`dlsched.hooks.validate_run.report`) to ``path``.
+    """Write the figure of a ``validate`` report (:func:`dlsched.answers.validate.report`) to ``path``.
 
     Parameters
     ----------

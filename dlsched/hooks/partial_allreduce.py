@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 from dlsched.errors import DlschedError
 
-from .ps_failures import seconds, transfer_failure
+from dlsched.runtime.ps_failures import seconds, transfer_failure
 
 #: The partial collectives (eager-SGD §4.1, §4.2), and ``full``: the same schedule activated by the last
 #: process to arrive, i.e. a synchronous all-reduce (the end of the paper's solo–majority–full spectrum).

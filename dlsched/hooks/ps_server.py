@@ -1,22 +1,22 @@
 """The server side of a parameter-server job: send parameters in order, apply averaged gradients.
 
 Every iteration a server sends each worker its own parameters in
-:func:`~dlsched.hooks.ps_protocol.send_order` (sender-side enforcement, as
+:func:`~dlsched.runtime.ps_protocol.send_order` (sender-side enforcement, as
 TicTac does at the gRPC layer), keeping at most ``window`` transfers per worker
 in flight: transfer ``i`` starts once ``i - window`` has completed, so
 ``window=1`` is strictly sequential. It then averages the workers' gradients
 and applies SGD (optional momentum); in inference it waits for each worker's
 done message instead. With a batch policy, server 0 also runs the batch-size
-manager (:class:`~dlsched.hooks.batch_manager.BatchManager`): each worker's
+manager (:class:`~dlsched.runtime.batch_manager.BatchManager`): each worker's
 slice before its parameters, its report after its gradients.
 """
 from __future__ import annotations
 
 import time
 
-from .ps_config import PSConfig
-from .ps_failures import PSTrainingError, transfer_failure, wait_transfer
-from .ps_protocol import Tags, send_order, worker_rank
+from dlsched.runtime.ps_config import PSConfig
+from dlsched.runtime.ps_failures import PSTrainingError, transfer_failure, wait_transfer
+from dlsched.runtime.ps_protocol import Tags, send_order, worker_rank
 
 
 def run_server(cfg: PSConfig, rank: int, module) -> dict:
@@ -36,7 +36,7 @@ def run_server(cfg: PSConfig, rank: int, module) -> dict:
     training = cfg.mode == "training"
     manager = None
     if cfg.batch_policy is not None and rank == 0:
-        from .batch_manager import BatchManager
+        from dlsched.runtime.batch_manager import BatchManager
         manager = BatchManager(cfg)
     sent = []  # when each send was posted, per worker and iteration (the transfer's start, for the timeline)
     for it in range(cfg.iterations):

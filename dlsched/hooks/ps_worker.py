@@ -10,7 +10,7 @@ iterations stay synchronous, as in TicTac's inference workload. With a batch
 policy the worker first receives its slice of the global batch from server 0,
 scales its loss by ``n·b_i/X`` and, after its gradients, reports its busy time
 (compute without the waits for parameters) through
-:class:`~dlsched.hooks.batch_manager.WorkerShare`.
+:class:`~dlsched.runtime.batch_manager.WorkerShare`.
 
 The state of the waits (which module waits for which parameters, when compute
 started, what has arrived) lives on :class:`PSWorker`; the hooks registered on
@@ -23,11 +23,11 @@ import sys
 import threading
 import time
 
-from .ps_config import PSConfig
-from .ps_data import batch_rows, loss_of, target_rows
-from .ps_failures import PSTrainingError, seconds, transfer_failure, wait_transfer
-from .ps_protocol import Tags, send_order
-from .timeline import IterationRecord, Timeline
+from dlsched.runtime.ps_config import PSConfig
+from dlsched.runtime.ps_data import batch_rows, loss_of, target_rows
+from dlsched.runtime.ps_failures import PSTrainingError, seconds, transfer_failure, wait_transfer
+from dlsched.runtime.ps_protocol import Tags, send_order
+from dlsched.timeline import IterationRecord, Timeline
 
 
 class ParameterReceiver:
@@ -135,11 +135,11 @@ class PSWorker:
         self.blocked = 0.0  # seconds waited for parameters since compute started (not busy time)
         self.share = None
         if cfg.batch_policy is not None:
-            from .batch_manager import WorkerShare
+            from dlsched.runtime.batch_manager import WorkerShare
             self.share = WorkerShare(cfg, self.worker)  # per-iteration slice of the global batch, from server 0
 
     def run(self) -> dict:
-        """Run every iteration; returns ``{"timeline": {...}}`` (:class:`~dlsched.hooks.timeline.Timeline`).
+        """Run every iteration; returns ``{"timeline": {...}}`` (:class:`~dlsched.timeline.Timeline`).
 
         Raises
         ------

@@ -21,7 +21,7 @@ message, so iterations stay synchronous, as in TicTac's inference workload.
 Per-worker batches (``PSConfig.batch_policy``, LB-BSP, DESIGN §5.1): server 0
 splits each iteration's global batch of ``global_batch`` samples by a policy,
 workers push gradients weighted by ``n·b_i/X`` and report their busy time and
-CPU share (:mod:`~dlsched.hooks.batch_manager`); ``PSRun.batches`` holds the
+CPU share (:mod:`~dlsched.runtime.batch_manager`); ``PSRun.batches`` holds the
 history. Without a policy every worker trains on ``batch`` samples, as before.
 
 Failure handling: every wait is bounded by ``timeout`` seconds (the process group
@@ -29,7 +29,7 @@ timeout and explicit deadlines). A peer that dies closes its gloo connections,
 so the survivors' pending transfers fail; each survivor raises
 :class:`PSTrainingError`, prints one line ``dlsched: error: ...`` and exits with
 code 2. :func:`launch_local` kills whatever is left after ``timeout``. The ranks
-also end with the launcher, even one killed by SIGKILL (:mod:`dlsched.hooks.lifetime`),
+also end with the launcher, even one killed by SIGKILL (:mod:`dlsched.runtime.lifetime`),
 and the launcher's job directory is deleted unless ``keep=True``.
 
 Bad input is refused before any process starts, with one message and no
@@ -53,13 +53,13 @@ Examples
 >>> run = launch_local(cfg)                                       # doctest: +SKIP
 >>> run.params["conv1.weight"].shape, run.timeline.get(0, 0).arrival_order()[:2]  # doctest: +SKIP
 
-Modules: :mod:`~dlsched.hooks.ps_config` (settings, priority-file checks),
-:mod:`~dlsched.hooks.ps_protocol` (ranks, message tags, send order),
-:mod:`~dlsched.hooks.ps_model` (the model, through :mod:`dlsched.factory`),
-:mod:`~dlsched.hooks.ps_data` (synthetic batches, loss, single-process reference),
+Modules: :mod:`~dlsched.runtime.ps_config` (settings, priority-file checks),
+:mod:`~dlsched.runtime.ps_protocol` (ranks, message tags, send order),
+:mod:`~dlsched.runtime.ps_model` (the model, through :mod:`dlsched.factory`),
+:mod:`~dlsched.runtime.ps_data` (synthetic batches, loss, single-process reference),
 :mod:`~dlsched.hooks.ps_server`, :mod:`~dlsched.hooks.ps_worker`,
-:mod:`~dlsched.hooks.ps_failures` (:class:`PSTrainingError`, bounded waits) and
-:mod:`~dlsched.hooks.launcher` (local processes, job directory). This module is
+:mod:`~dlsched.runtime.ps_failures` (:class:`PSTrainingError`, bounded waits) and
+:mod:`~dlsched.runtime.launcher` (local processes, job directory). This module is
 the public entry and the rank entry point (``python -m dlsched.hooks.torch_ps``).
 
 Public API: :class:`PSConfig`, :func:`check_settings`, :func:`config_from_priority_file`,
@@ -69,8 +69,8 @@ rank in this process), :func:`launch_local` (spawn a whole cluster on localhost)
 :class:`PSRun`, :func:`reference_train` (the single-process equivalent),
 :class:`PSTrainingError`, :class:`PSConfigError`, :func:`rank_command`,
 :func:`rank_env`, :func:`free_port`; :func:`watch_launcher` is re-exported from
-:mod:`dlsched.hooks.lifetime`, which keeps the ranks from outliving the
-launcher. The timeline format is :mod:`dlsched.hooks.timeline`.
+:mod:`dlsched.runtime.lifetime`, which keeps the ranks from outliving the
+launcher. The timeline format is :mod:`dlsched.timeline`.
 """
 from __future__ import annotations
 
@@ -78,19 +78,19 @@ import sys
 from dataclasses import asdict, dataclass, field
 
 from dlsched.factory import load_factory
+from dlsched.runtime import launcher
+from dlsched.runtime.launcher import free_port, rank_env
+from dlsched.runtime.lifetime import watch_launcher
+from dlsched.runtime.ps_config import (MAX_TIMEOUT, PSConfig, PSConfigError, check_priority_file, check_settings,
+                                       config_from_priority_file)
+from dlsched.runtime.ps_data import global_batch, global_target, loss_of, reference_train
+from dlsched.runtime.ps_failures import PSTrainingError, seconds, transfer_failure
+from dlsched.runtime.ps_model import build_model, order_from_module
+from dlsched.runtime.ps_protocol import Tags, send_order
+from dlsched.timeline import Timeline
 
-from . import launcher
-from .launcher import free_port, rank_env
-from .lifetime import watch_launcher
-from .ps_config import (MAX_TIMEOUT, PSConfig, PSConfigError, check_priority_file, check_settings,
-                        config_from_priority_file)
-from .ps_data import global_batch, global_target, loss_of, reference_train
-from .ps_failures import PSTrainingError, seconds, transfer_failure
-from .ps_model import build_model, order_from_module
-from .ps_protocol import Tags, send_order
 from .ps_server import run_server
 from .ps_worker import PSWorker
-from .timeline import Timeline
 
 __all__ = ["MAX_TIMEOUT", "PSConfig", "PSConfigError", "PSRun", "PSTrainingError", "PSWorker", "Tags",
            "build_model", "check_priority_file", "check_settings", "config_from_priority_file", "free_port",
@@ -150,7 +150,7 @@ class PSRun:
     stderr: list[str]
     workdir: str | None = None
     #: with a batch policy, server 0's per-iteration history and the policy's warnings
-    #: (:meth:`dlsched.hooks.batch_manager.BatchManager.result`), else empty
+    #: (:meth:`dlsched.runtime.batch_manager.BatchManager.result`), else empty
     batches: dict = field(default_factory=dict)
 
 
@@ -203,7 +203,7 @@ def launch_local(cfg: PSConfig, timeout: float | None = None, workdir: str | Non
 
     Notes
     -----
-    The ranks never outlive the launcher (:mod:`dlsched.hooks.lifetime`): each
+    The ranks never outlive the launcher (:mod:`dlsched.runtime.lifetime`): each
     one ends within about a second of the launcher's death, even by SIGKILL,
     and while the job runs SIGTERM, SIGINT and SIGHUP first kill every rank,
     then end the launcher with ``SystemExit(128 + signum)`` (SIGINT: ``KeyboardInterrupt``)

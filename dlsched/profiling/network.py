@@ -426,12 +426,53 @@ def _client_main(plan_json: str) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def peer_process(host: str = "127.0.0.1", timeout: float = 60.0, prefix: list[str] = (), env: dict | None = None,
+                 start_timeout: float = 120.0, name: str = "local network peer process"):
+    """Start a one-session ``dlsched net-peer`` on ``host`` with a free port; yield that port (the one way
+    dlsched starts a peer).
+
+    ``prefix`` is prepended to its command (``ip netns exec NS``: the peer
+    runs in that namespace), ``env`` replaces its environment. The peer exits
+    by itself after its session; it is given 10 s to, and killed at once when
+    the block raised, so it is always reaped.
+
+    Raises
+    ------
+    NetworkError
+        The peer does not announce itself within ``start_timeout`` (``name``
+        says which peer in the message).
+    """
+    cmd = [*prefix, sys.executable, "-m", "dlsched.cli.main", "net-peer", "--host", host, "--port", "0",
+           "--sessions", "1", "--timeout", str(timeout)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ if env is None else env, PYTHONUNBUFFERED="1"))
+    done = False
+    try:
+        line = _read_line(proc, time.monotonic() + start_timeout)
+        if not line or READY_LINE not in line:
+            err = _reap(proc)
+            raise NetworkError(f"the {name} did not start" + (f": {err}" if err else f" within {start_timeout:.0f} s"))
+        yield int(line.rsplit(":", 1)[1])
+        done = True
+    finally:
+        if proc.poll() is None and done:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=5)
+        for stream in (proc.stdout, proc.stderr):
+            with contextlib.suppress(Exception):
+                stream.close()
+
+
 def measure_local(sizes=DEFAULT_SIZES, repeats: int = 5, timeout: float = 30.0,
                   start_timeout: float = 120.0) -> LinkMeasurement:
     """Measure a real transfer between this process and a peer process it starts on 127.0.0.1.
 
-    The peer is ``python -m dlsched.cli.main net-peer --host 127.0.0.1 --port 0
-    --sessions 1``; its announced port is then measured with
+    The peer is :func:`peer_process` (``dlsched net-peer --host 127.0.0.1
+    --port 0 --sessions 1``); its announced port is then measured with
     :func:`measure_peer`. The peer process is always reaped.
 
     Raises
@@ -439,31 +480,11 @@ def measure_local(sizes=DEFAULT_SIZES, repeats: int = 5, timeout: float = 30.0,
     NetworkError
         The peer fails to start within ``start_timeout`` or the measurement fails.
     """
-    cmd = [sys.executable, "-m", "dlsched.cli.main", "net-peer", "--host", "127.0.0.1", "--port", "0",
-           "--sessions", "1", "--timeout", str(timeout)]
-    env = dict(os.environ, PYTHONUNBUFFERED="1", GLOO_SOCKET_IFNAME=os.environ.get("GLOO_SOCKET_IFNAME", "lo"))
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    try:
-        line = _read_line(proc, time.monotonic() + start_timeout)
-        if not line or READY_LINE not in line:
-            with contextlib.suppress(Exception):
-                proc.kill()
-            err = (proc.communicate(timeout=5)[1] or b"").decode(errors="replace").strip().splitlines()
-            raise NetworkError("the local network peer process did not start"
-                               + (f": {err[-1]}" if err else f" within {start_timeout:.0f} s"))
-        port = int(line.rsplit(":", 1)[1])
+    env = dict(os.environ, GLOO_SOCKET_IFNAME=os.environ.get("GLOO_SOCKET_IFNAME", "lo"))
+    with peer_process("127.0.0.1", timeout, env=env, start_timeout=start_timeout) as port:
         m = measure_peer("127.0.0.1", port, sizes=sizes, repeats=repeats, timeout=timeout)
         m.peer = f"local process (127.0.0.1:{port})"
         return m
-    finally:
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
-        for stream in (proc.stdout, proc.stderr):
-            with contextlib.suppress(Exception):
-                stream.close()
 
 
 if __name__ == "__main__":

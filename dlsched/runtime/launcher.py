@@ -8,7 +8,7 @@ for every rank, watches them, and returns their exit codes, stderr and results.
 The rank side is :func:`rank_main`, which ``ENTRY`` calls with its own
 function for running one rank.
 
-Lifetime (:mod:`dlsched.hooks.lifetime`): the ranks never outlive the launcher.
+Lifetime (:mod:`dlsched.runtime.lifetime`): the ranks never outlive the launcher.
 Each one ends within about a second of the launcher's death, even by SIGKILL;
 while the job runs SIGTERM, SIGINT and SIGHUP first kill every rank, then end
 the launcher with ``SystemExit(128 + signum)`` (SIGINT: ``KeyboardInterrupt``)

@@ -1,7 +1,7 @@
 """A parameter-server job whose workers' CPU is taken away for real, on a schedule (DESIGN §5.1).
 
 :func:`train_throttled` runs :func:`~dlsched.hooks.torch_ps.launch_local` with
-every worker in a ``cpu`` cgroup of its own (:class:`~dlsched.hooks.cgroups.CpuCgroup`).
+every worker in a ``cpu`` cgroup of its own (:class:`~dlsched.runtime.cgroups.CpuCgroup`).
 The workers start unlimited (so importing torch is not slowed down); once
 server 0 says it is in iteration 0 (its progress file) each worker's quota is
 set to its share, and a :class:`QuotaChange` takes effect as soon as server 0
@@ -25,9 +25,8 @@ import time
 from dataclasses import dataclass, field
 
 from dlsched.errors import DlschedError
-
-from .batch_manager import read_progress
-from .cgroups import CpuCgroup
+from dlsched.runtime.batch_manager import read_progress
+from dlsched.runtime.cgroups import CpuCgroup
 
 
 @dataclass
@@ -109,7 +108,7 @@ def train_throttled(cfg, shares: list, changes: list[QuotaChange] = (), timeout:
     PSTrainingError
         The job failed.
     """
-    from .torch_ps import launch_local
+    from dlsched.hooks.torch_ps import launch_local
     problems = [p for p in [_shares_problem(shares, cfg.workers)] + [_shares_problem(c.shares, cfg.workers)
                                                                        for c in changes] if p]
     late = [c.iteration for c in changes if c.iteration >= cfg.iterations]

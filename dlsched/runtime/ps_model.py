@@ -1,6 +1,6 @@
 """The model a parameter-server job trains, built through :mod:`dlsched.factory`.
 
-Every rank, the priority-file check and :func:`~dlsched.hooks.ps_data.reference_train`
+Every rank, the priority-file check and :func:`~dlsched.runtime.ps_data.reference_train`
 build it the same way: ``call_factory(cfg.model, **cfg.model_kwargs)``, so the
 factory runs guarded (:func:`dlsched.factory.user_code`) and a broken one is an
 :class:`~dlsched.errors.ImportFailure` with one message.

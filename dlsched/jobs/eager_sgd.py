@@ -24,7 +24,7 @@ parameters) after every ``K`` steps: partial collectives let replicas drift
 (§5). ``barrier=True`` starts every iteration with a barrier, as the Fig. 9
 micro-benchmark does. Every wait is bounded by ``timeout``; a rank that dies or
 stalls makes every other one exit with code 2 and one ``dlsched: error:`` line
-(:mod:`dlsched.hooks.launcher`).
+(:mod:`dlsched.runtime.launcher`).
 
 Examples
 --------
@@ -38,7 +38,7 @@ Examples
 Public API: :class:`EagerConfig`, :class:`EagerRun`, :func:`train_allreduce`,
 :func:`compare_collectives`, :func:`hyperplane`, :class:`EagerConfigError`,
 :class:`EagerTrainingError`, :data:`COLLECTIVES`; the rank
-entry point is ``python -m dlsched.hooks.eager_sgd``.
+entry point is ``python -m dlsched.jobs.eager_sgd``.
 """
 from __future__ import annotations
 
@@ -50,10 +50,9 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from dlsched.errors import DlschedError
-
-from . import launcher
-from .partial_allreduce import PartialAllreduce
-from .ps_failures import seconds, transfer_failure
+from dlsched.hooks.partial_allreduce import PartialAllreduce
+from dlsched.runtime import launcher
+from dlsched.runtime.ps_failures import seconds, transfer_failure
 
 #: ``ddp`` is the synchronous baseline, ``solo`` and ``majority`` eager-SGD's partial collectives, ``full`` the
 #: partial-collective machinery activated by the last arrival (synchronous: it must give DDP's parameters).

@@ -10,6 +10,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from dlsched.atomic import atomic_write_text
+
 
 @dataclass
 class IterationRecord:
@@ -194,7 +196,6 @@ class Timeline:
         return cls(recs)
 
     def save(self, path: str | Path) -> None:
-        from dlsched.atomic import atomic_write_text
         atomic_write_text(path, json.dumps(self.to_dict()))
 
     @classmethod

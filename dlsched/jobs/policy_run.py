@@ -1,7 +1,7 @@
 """A real parameter-server run under a batch-size policy, on workers whose CPU may be throttled, summarised.
 
-:func:`train_with_policy` builds the :class:`~dlsched.hooks.ps_config.PSConfig`,
-runs it (under cgroup quotas with :func:`~dlsched.hooks.throttled_run.train_throttled`
+:func:`train_with_policy` builds the :class:`~dlsched.runtime.ps_config.PSConfig`,
+runs it (under cgroup quotas with :func:`~dlsched.jobs.throttled_run.train_throttled`
 when quotas are given) and returns one JSON-ready dict: the per-iteration
 history of server 0's batch-size manager, the phases between quota changes
 with their settled iteration times, and what the quotas predict for a time
@@ -107,8 +107,8 @@ def train_with_policy(model: str, *, workers: int = 4, servers: int = 1, global_
         Bad settings (an unknown policy, quotas for another number of workers, a quota ≤ 0 ...),
         no cgroups here while quotas are given, or the job failed.
     """
-    from .ps_config import PSConfig, check_settings
-    from .ps_model import order_from_module
+    from dlsched.runtime.ps_config import PSConfig, check_settings
+    from dlsched.runtime.ps_model import order_from_module
     from .throttled_run import parse_changes, train_throttled
     check_quotas(quotas, swaps, workers)
     changes = parse_changes(list(swaps), quotas) if quotas else []
@@ -127,7 +127,7 @@ def train_with_policy(model: str, *, workers: int = 4, servers: int = 1, global_
         res = train_throttled(cfg, list(quotas), changes)
         run, applied = res.run, res.applied
     else:
-        from .torch_ps import launch_local
+        from dlsched.hooks.torch_ps import launch_local
         run, applied = launch_local(cfg), []
     history = run.batches["batches"]
     out = {"config": {"model": model, "workers": workers, "servers": servers, "global_batch": global_batch,

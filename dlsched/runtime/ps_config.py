@@ -12,7 +12,7 @@ Examples
 >>> check_settings(workers=0)
 Traceback (most recent call last):
 ...
-dlsched.hooks.ps_config.PSConfigError: invalid parameter-server configuration: workers must be at least 1, got 0
+dlsched.runtime.ps_config.PSConfigError: invalid parameter-server configuration: workers must be at least 1, got 0
 """
 from __future__ import annotations
 
@@ -156,7 +156,7 @@ class PSConfig:
     ``(0, MAX_TIMEOUT]`` seconds; ``lr`` ≥ 0 and ``0 ≤ momentum < 1``, both
     finite; ``mode``, ``device`` and ``fail_how`` take their listed values;
     ``global_batch`` is a whole number ≥ 1 or ``None``, and a ``batch_policy``
-    (training only) must be one :func:`~dlsched.hooks.batch_manager.check_policy` accepts;
+    (training only) must be one :func:`~dlsched.runtime.batch_manager.check_policy` accepts;
     ``order`` is a non-empty list of distinct names and ``ps`` only names those.
     ``rotation``, when not empty, sets the send order per iteration: iteration
     ``i`` sends in ``rotation[i % len(rotation)]``, each entry a permutation of

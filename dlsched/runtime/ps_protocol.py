@@ -1,7 +1,7 @@
 """The wire protocol of a parameter-server job: ranks, message tags and send order.
 
 Ranks ``0 .. S-1`` are servers and ranks ``S .. S+W-1`` workers. Parameter
-``name`` lives on server :meth:`PSConfig.server_of(name) <dlsched.hooks.ps_config.PSConfig.server_of>`.
+``name`` lives on server :meth:`PSConfig.server_of(name) <dlsched.runtime.ps_config.PSConfig.server_of>`.
 
 Tag space. gloo matches a send with a receive by (peer, tag), so every message
 kind between a server and a worker has its own tags. With ``N`` parameters in
@@ -17,7 +17,7 @@ batch slice         ``2 N + 1``   server 0 → worker          with a batch poli
 report              ``2 N + 2``   worker → server 0          with a batch policy
 ==================  ============  =========================  =====================
 
-With a batch policy (:mod:`~dlsched.hooks.batch_manager`) server 0 sends each
+With a batch policy (:mod:`~dlsched.runtime.batch_manager`) server 0 sends each
 worker the slice of the iteration's global batch it trains on (offset and
 size), and the worker reports its busy time and resource readings back.
 

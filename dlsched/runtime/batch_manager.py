@@ -10,7 +10,7 @@ samples is split anew (DESIGN §5.1, paper Algorithm 3):
    workers is ``(1/X)·Σ b_i·g_i``, the gradient of the whole global batch;
 3. the worker reports its busy time (forward and backward, *excluding* waits
    for parameters: otherwise every worker's time is the same), its CPU share
-   (its cgroup's quota, :func:`~dlsched.hooks.cgroups.cpu_share`) and memory
+   (its cgroup's quota, :func:`~dlsched.runtime.cgroups.cpu_share`) and memory
    (tag ``Tags.report``);
 4. the manager hands the sizes, times and readings to the policy
    (:func:`dlsched.planning.batch_policies.make_policy`), whose answer is the

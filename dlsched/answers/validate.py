@@ -1,0 +1,187 @@
+"""The ``validate`` answer: a real parameter-server cluster per transfer order, measured and predicted (DESIGN §4.7).
+
+:func:`validate` runs the job (:func:`dlsched.jobs.validate_run.run_validation`:
+the hosts, the in-situ oracle, every order interleaved in one job and
+simulated) and answers with the figures ``dlsched validate`` prints, under one
+link model, every link model's errors side by side, and the files asked for:
+each order's measured Chrome trace and the PNG (:mod:`dlsched.formats`).
+:func:`report` gives the figures under one link model (the benchmark keeps
+every model's).
+
+Examples
+--------
+>>> Cluster().workers, Schedule().orders
+(2, ('random', 'topo', 'tic', 'tac'))
+>>> small = Workload("examples/torch_models.py:small_cnn")
+>>> out = validate(small, schedule=Schedule(orders=("random", "tac")))  # doctest: +SKIP
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from dlsched.analyses.links import DEFAULT_SHARING
+from dlsched.analyses.multiworker_bounds import multiworker_bounds, rate, rate_ops
+from dlsched.analyses.validate import add_throughput_ratios, compare_order, fit_line, iteration_stats
+from dlsched.errors import DlschedError
+from dlsched.formats.chrome_trace import write_chrome_trace
+from dlsched.formats.validate_plot import write_validate_plot
+from dlsched.jobs.validate_run import ORDERS, Validation, run_validation
+from dlsched.machine import cpu_model, load_average
+
+
+@dataclass(frozen=True)
+class Workload:
+    """MODEL (a PyTorch factory ``path/file.py:fn``), forward only or training, and samples per worker and step."""
+
+    model: str
+    mode: str = "inference"
+    batch: int = 8
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The real cluster: workers, servers, the server link's ``tc`` rate (``auto``: its load equals a worker's
+    compute), the hosts (``auto``, ``netns``, ``localhost``) and intra-op threads per process."""
+
+    workers: int = 2
+    servers: int = 1
+    rate: str | None = "auto"
+    network: str = "auto"
+    threads: int = 1
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The orders run (``random`` is the baseline), measured iterations per order after ``warmup`` dropped ones."""
+
+    orders: tuple[str, ...] = ORDERS
+    iterations: int = 20
+    warmup: int = 3
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """The link model of the figures (``None``: the simulator's), a folder for each order's measured Chrome trace
+    (``ORDER.trace.json``) and a PNG of predicted against measured."""
+
+    sharing: str | None = None
+    trace_out: str | None = None
+    plot: str | None = None
+
+
+def validate(workload: Workload, cluster: Cluster = Cluster(), schedule: Schedule = Schedule(),
+             outputs: Outputs = Outputs(), max_work: int | None = None,
+             say: Callable[[str], None] = lambda line: None) -> dict:
+    """Run ``workload`` on a real parameter-server cluster under each order; the figures, measured against predicted.
+
+    Parameters
+    ----------
+    max_work : int, optional
+        Most real iterations accepted (default :data:`dlsched.limits.CLUSTER`).
+    say : callable
+        Hears one line per step (progress).
+
+    Returns
+    -------
+    dict
+        :func:`report` under ``outputs.sharing``, ``link_models`` (each link
+        model's worst and average errors over the orders), and ``traces`` and
+        ``plot`` (the paths written) when asked for.
+
+    Raises
+    ------
+    DlschedError
+        Bad settings or too many iterations (before any process starts), a
+        model that is not a PyTorch factory, a failed measurement or rank, or
+        a file that cannot be written.
+    """
+    v = run_validation(workload.model, workers=cluster.workers, servers=cluster.servers, rate=cluster.rate,
+                       mode=workload.mode, orders=schedule.orders, iterations=schedule.iterations,
+                       warmup=schedule.warmup, batch=workload.batch, threads=cluster.threads, network=cluster.network,
+                       seed=schedule.seed, max_work=max_work, say=say)
+    sharing = outputs.sharing or DEFAULT_SHARING
+    out = report(v, sharing)
+    out["link_models"] = {}
+    for s in v.sharings:
+        rows = report(v, s)["orders"] if s != sharing else out["orders"]
+        errs = [abs(r["mean_error"]) for r in rows.values()]
+        ratio = [abs(r["ratio_error"]) for r in rows.values() if "ratio_error" in r]
+        out["link_models"][s] = {"max_abs_mean_error": max(errs), "mean_abs_mean_error": sum(errs) / len(errs),
+                                 "max_abs_ratio_error": max(ratio) if ratio else None}
+    try:
+        if outputs.trace_out:
+            Path(outputs.trace_out).mkdir(parents=True, exist_ok=True)
+            out["traces"] = {}
+            for name, run in v.runs.items():
+                path = Path(outputs.trace_out) / f"{name}.trace.json"
+                skip = len(run.timeline.iterations) - len(run.measured)
+                write_chrome_trace(run.timeline.frame(skip=skip), path, model=v.model,
+                                   metadata={"generator": "dlsched validate (measured)", "order": name,
+                                             "mode": v.mode, "hosts": v.hosts["note"]})
+                out["traces"][name] = str(path)
+        if outputs.plot:
+            write_validate_plot(out, outputs.plot, _fig12_points(v, sharing))
+            out["plot"] = str(outputs.plot)
+    except OSError as e:
+        raise DlschedError(f"cannot write validate's output: {e}") from None
+    return out
+
+
+def report(v: Validation, sharing: str) -> dict:
+    """The figures ``dlsched validate`` prints, predicting with link model ``sharing``.
+
+    Per order: measured and predicted mean and p95 iteration time and their
+    errors (:func:`~dlsched.analyses.validate.compare_order`), throughput over
+    random (measured, predicted), straggler share, and ``E``: the predicted
+    and measured iteration times rated against the oracle's multi-worker
+    bounds ``U_W``/``L_W`` (a measured time outside them is a model error,
+    given with its size), and the measured trace's own ``E`` from its
+    realised op times (:func:`~dlsched.analyses.multiworker_bounds.rate_ops`).
+    """
+    graph_b = multiworker_bounds(v.oracle.graph, v.oracle.times, v.workers)
+    U, L = float(graph_b.upper), float(graph_b.lower)
+
+    def mean_e(values):
+        rs = [rate(t, U, L) for t in values]
+        es = [r.efficiency for r in rs if r.efficiency is not None]
+        errs = [r.model_error for r in rs if r.efficiency is None]
+        return (float(sum(es) / len(es)) if es else None), len(errs), (max(errs, key=abs) if errs else 0.0)
+
+    rows = {}
+    for name, run in v.runs.items():
+        row = compare_order(run.measured, run.predicted[sharing])
+        pe, _, _ = mean_e(run.predicted[sharing].per_iteration["iteration_time"])
+        me, outside, worst = mean_e([r["iteration_time"] for r in run.measured])
+        skip = len(run.timeline.iterations) - len(run.measured)
+        _, per_it = rate_ops(run.timeline.frame(skip=skip))
+        te = per_it["efficiency"].dropna()
+        row.update(predicted_efficiency=pe, measured_efficiency=me, measured_outside_bounds=outside,
+                   measured_model_error=worst, trace_efficiency=float(te.mean()) if len(te) else None,
+                   replayed_mean=iteration_stats(run.replayed[sharing])["mean"])
+        rows[name] = row
+    add_throughput_ratios(rows)
+    pts = _fig12_points(v, sharing)  # TicTac Fig. 12a: E of the replayed order against normalised step time
+    fig12 = fit_line([e for e, _, _ in pts], [t for _, t, _ in pts])
+    total = sum(len(run.measured) for run in v.runs.values())
+    return {"model": v.model, "mode": v.mode, "workers": v.workers, "servers": v.servers, "batch": v.batch,
+            "threads": v.threads, "hosts": v.hosts, "sharing": sharing, "oracle": v.oracle.describe(),
+            "bounds": {"upper": U, "lower": L, "speedup": float(graph_b.speedup)}, "orders": rows,
+            "replay_fit": {**fig12, "excluded": total - len(pts)},
+            "replay_points": [{"efficiency": e, "normalised_time": t, "order": n} for e, t, n in pts],
+            "cpu": cpu_model(), "load_1min": load_average(), "wall_s": v.wall_s}
+
+
+def _fig12_points(v: Validation, sharing: str) -> list[tuple[float, float, str]]:
+    """``(E of the replayed order, measured step time / fastest step time, order)`` per measured iteration."""
+    b = multiworker_bounds(v.oracle.graph, v.oracle.times, v.workers)
+    pts = []
+    for name, run in v.runs.items():
+        for t_rep, m in zip(run.replayed[sharing], run.measured):
+            e = rate(t_rep, b.upper, b.lower).efficiency
+            if e is not None:
+                pts.append((e, m["iteration_time"], name))
+    lo = min((t for _, t, _ in pts), default=1.0)
+    return [(e, t / lo, n) for e, t, n in pts]
