@@ -165,3 +165,33 @@ def test_bad_device_and_runs(tf1_graphs):
     else:
         with pytest.raises(DlschedError, match="no GPU"):
             profile_tf(tf1_graphs["graphdef"], graph, device="cuda")
+
+
+@pytest.mark.slow
+def test_efficientnetb0_training_times_every_op(keras_corpus):
+    """EfficientNetB0 saved with tf.saved_model.save, in training (issue 31, item 6): oneDNN runs each
+    squeeze-and-excitation convolution's BiasAddGrad inside the filter gradient's kernel, so every op has a
+    time or a 0 with its reason, and the per-op minima add up to a plain step."""
+    from dlsched.importers.tf_importer import import_saved_model
+    from dlsched.profiling.tf_profiler import profile_tf
+
+    path = keras_corpus("efficientnetb0")["tf_saved_model"]
+    graph = import_saved_model(path, mode="training", batch=2)
+    ratios = []
+    for attempt in range(ATTEMPTS):
+        df, missing = profile_tf(path, graph, runs=5, warmup=1, plain_runs=5)
+        assert missing == {}, list(missing.items())[:3]
+        assert len(df) == len(graph.compute_ops())
+        fused = _check_fused(df, graph)
+        bias_grads = [op.name for op in graph.compute_ops() if op.op_type == "BiasAddGrad"]
+        assert all(name in fused or df.set_index("op").loc[name, "time"] > 0 for name in bias_grads)
+        plain = df.attrs["plain_wall"]
+        total = float(df["time"].sum())
+        contended = statistics.median(plain) > 1.25 * min(plain)
+        checked = total / (min(plain) if contended else statistics.median(plain))
+        ratios.append(round(checked, 3))
+        print(f"\nEfficientNetB0 training b2, TF_ENABLE_ONEDNN_OPTS={ONEDNN}: sum of per-op minima {total:.3f} s, "
+              f"plain runs {[round(t, 3) for t in plain]} s; ratio {checked:.2f}; {len(fused)} ops fused")
+        if 0.6 <= checked <= 1.3:
+            return
+    pytest.fail(f"sum of per-op minima / plain step outside [0.6, 1.3] in {ATTEMPTS} attempts: {ratios}")
