@@ -33,7 +33,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from dlsched.machine import cpu_model, load_averages  # noqa: E402
 
-from dlsched.analyses.collectives_report import collectives_report  # noqa: E402
+from dlsched.answers.collectives import Comparison, Network, Step, collectives  # noqa: E402
+from dlsched.answers.options import ModelSpec, OracleSpec  # noqa: E402
 
 ALL = ["allreduce", "solo", "majority"]
 E = 0.41
@@ -41,8 +42,17 @@ GRAD = 8192 * 4  # the hyperplane model's 8,192 float32 weights
 MICRO_NET = {"latency": 2e-6, "bandwidth": 1.25e9, "gradient_bytes": 1024}  # ring over 32: 0.126 ms
 
 
+def replay(kinds, processes: int, iterations: int, imbalance: str | None = None, *, step_time: float,
+           gradient_bytes: int = 0, latency: float | None = None, bandwidth: float | None = None,
+           activation: str = "free-running", seed: int = 0) -> dict:
+    """The collectives answer on a step of ``step_time`` seconds (no model)."""
+    return collectives(ModelSpec(None), OracleSpec(None),
+                       Comparison(kinds, processes, iterations, imbalance, activation, seed),
+                       Step(step_time, gradient_bytes), Network(latency, bandwidth))
+
+
 def over_seeds(seeds, **kw) -> list[dict]:
-    return [collectives_report(ALL, seed=s, **kw)["collectives"] for s in seeds]
+    return [replay(ALL, seed=s, **kw)["collectives"] for s in seeds]
 
 
 def stat(values) -> dict:
@@ -71,7 +81,7 @@ def micro(seeds) -> tuple[list, dict]:
                                                        ["mean_latency_s"] for r in runs),
                             "sync_over_solo": stat(r["allreduce"]["mean_latency_s"] / r["solo"]["mean_latency_s"]
                                                    for r in runs)}
-    allreduce_ms = collectives_report(["allreduce"], 32, 1, step_time=1e-6, **MICRO_NET)["allreduce_s"] * 1e3
+    allreduce_ms = replay(["allreduce"], 32, 1, step_time=1e-6, **MICRO_NET)["allreduce_s"] * 1e3
     f = figs["barrier"]
     # Majority's figures hang on 64 random initiators per run: the checks take the mean over the seeds.
     nap_m = f["nap"]["majority"]["mean"]

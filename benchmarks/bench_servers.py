@@ -37,7 +37,8 @@ def main() -> int:
     from dlsched.analyses.orders import compute_order
     from dlsched.profiling.oracle_times import load_times
     from dlsched.importers.loader import load_model
-    from dlsched.planning.cluster_plan import plan_cluster
+    from dlsched.answers.options import ModelSpec, OracleSpec
+    from dlsched.answers.plan_cluster import Servers, plan_cluster
     from dlsched.planning.server_balance import server_balance
 
     dlsched = str(Path(sys.executable).with_name("dlsched"))
@@ -50,7 +51,8 @@ def main() -> int:
         graph = load_model(dag)
         times = load_times(oracle, graph)
     bandwidth = 10e9 / 8  # the cpu device spec's links
-    lemma = plan_cluster(graph=graph, times=times, workers=args.workers, bandwidth=bandwidth)
+    lemma = plan_cluster(ModelSpec.of(graph), OracleSpec.of(times), servers=Servers(workers=args.workers,
+                                                                                     bandwidth=bandwidth))
     answer = lemma.parameter_servers
     rows = []
     for servers in range(1, args.max_servers + 1):

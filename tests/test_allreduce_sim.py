@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from dlsched.analyses.allreduce_sim import COLLECTIVES, StepShape, majority_initiators, run_collective
 from dlsched.analyses.collective_cost import allreduce_cost, recursive_doubling_allreduce, ring_allreduce
-from dlsched.analyses.collectives_report import collectives_report
+from dlsched.answers.collectives import Comparison, Network, Step, collectives
+from dlsched.answers.options import ModelSpec, OracleSpec
 from dlsched.analyses.imbalance import parse_imbalance
 from dlsched.errors import DlschedError
 from dlsched.formats.dag_json import save_dag
@@ -94,8 +95,9 @@ def test_fig9_micro_benchmark_through_the_cli():
     assert lat["solo"] < lat["majority"] < lat["allreduce"]
     assert lat["allreduce"] / lat["solo"] >= 20
     assert len(c["solo"]["iteration_s_per_process"]) == 32 and len(c["majority"]["nap"]) == 64
-    pooled = [collectives_report(["majority"], 32, 64, "skew:linear:1ms:32ms", step_time=1e-6, latency=2e-6,
-                                 gradient_bytes=1024, activation="barrier", seed=s)["collectives"]["majority"]
+    pooled = [collectives(ModelSpec(None), OracleSpec(None),
+                          Comparison(["majority"], 32, 64, "skew:linear:1ms:32ms", activation="barrier", seed=s),
+                          Step(1e-6, gradient_bytes=1024), Network(latency=2e-6))["collectives"]["majority"]
               for s in range(8)]
     assert abs(np.mean([m["mean_nap"] for m in pooled]) - 16) <= 1.5
     assert 1.8 <= lat["allreduce"] / np.mean([m["mean_latency_s"] for m in pooled]) <= 3.0
@@ -104,8 +106,9 @@ def test_fig9_micro_benchmark_through_the_cli():
 @pytest.mark.parametrize("delay, paper", [(0.2, 1.50), (0.3, 1.75), (0.4, 2.01)])
 def test_hyperplane_replay(delay, paper):
     """Acceptance 2 (free-running): the synchronous period is e + D; solo beats it, below the never-delayed bound."""
-    r = collectives_report(list(COLLECTIVES), 8, 256, f"random:k=1:delay={delay}s", step_time=0.41,
-                           gradient_bytes=32768, seed=1)["collectives"]
+    r = collectives(ModelSpec(None), OracleSpec(None),
+                    Comparison(list(COLLECTIVES), 8, 256, f"random:k=1:delay={delay}s", seed=1),
+                    Step(0.41, gradient_bytes=32768))["collectives"]
     assert 1 / r["allreduce"]["steps_per_s"] == pytest.approx(0.41 + delay, rel=0.01)
     solo = r["solo"]["speedup"]
     assert 1 < solo < (0.41 + delay) / 0.41  # solo's period is at least e
@@ -117,7 +120,8 @@ def test_hyperplane_replay(delay, paper):
 
 def test_rotating_imbalance_majority_bounds_staleness():
     """Acceptance 3 (free-running): majority speeds up, and keeps gradients fresher and replicas closer than solo."""
-    r = collectives_report(list(COLLECTIVES), 8, 256, "rotate:50ms:400ms", step_time=0.41, seed=0)["collectives"]
+    r = collectives(ModelSpec(None), OracleSpec(None),
+                    Comparison(list(COLLECTIVES), 8, 256, "rotate:50ms:400ms", seed=0), Step(0.41))["collectives"]
     assert 1 < r["majority"]["speedup"] < r["solo"]["speedup"]
     assert r["solo"]["mean_staleness"] > 1.5 * r["majority"]["mean_staleness"]
     assert r["solo"]["missed_rate"] >= 10 * r["majority"]["missed_rate"] and r["solo"]["missed_rate"] > 0

@@ -8,11 +8,14 @@ import pytest
 
 from dlsched.analyses.compare import (RANDOM_SEEDS, compare_orders, parse_orders, random_seeds, run_order,
                                       simulation_count)
-from dlsched.analyses.order_report import order_report
+from dlsched.answers.options import ModelSpec, OracleSpec, OrderChoice
+from dlsched.answers.order import order
 from dlsched.analyses.orders import ALGORITHMS, ORDERS, compute_order
 from dlsched.analyses.regression import model_metrics
 from dlsched.analyses.simulate import simulate
-from dlsched.analyses.simulate_report import check_simulate_work, simulate_report
+from dlsched.analyses.compare import check_simulate_work
+from dlsched.answers.simulate import Outputs, Run
+from dlsched.answers.simulate import simulate as simulate_answer
 from dlsched.errors import DlschedError, WorkLimitError
 from dlsched.synthetic import random_dag
 
@@ -83,14 +86,15 @@ def test_reporter_gets_one_stage_per_search_and_one_for_the_simulations():
     assert total == len(g) * (1 + RANDOM_SEEDS) and done[-1] == total
 
 
-def test_simulate_report_matches_its_parts(net):
+def test_simulate_answer_matches_its_parts(net):
     g, t = net
-    r = simulate_report(g, t, "tac", compare=["tic", "random"], seed=1)
+    r = simulate_answer(ModelSpec.of(g), OracleSpec.of(t), OrderChoice("tac", seed=1), Run(compare=["tic", "random"]))
     rows = compare_orders(g, t, ["tic", "random"], seed=1)
     assert r.figures["compare"] == rows.to_dict(orient="records")
     assert r.figures["makespan"] == simulate(g, t, compute_order(g, "tac", t)).makespan
     assert not r.multi and r.detail == {} and r.run.timeline is None
-    multi = simulate_report(g, t, compare=["tac"], workers=2, iterations=2, keep_timeline=True)
+    multi = simulate_answer(ModelSpec.of(g), OracleSpec.of(t), OrderChoice(),
+                            Run(workers=2, iterations=2, compare=["tac"]), Outputs(timeline=True))
     assert multi.multi and set(multi.detail) == {"per_worker", "per_iteration"}
     assert {"iteration_time", "straggler_share", "worker_efficiency", "sharing", "jitter"} <= set(multi.figures)
     assert multi.run.timeline is not None and multi.figures["algorithm"] == "unordered"
@@ -102,15 +106,15 @@ def test_simulate_work_is_refused_before_and_after_loading():
     check_simulate_work(10_000, 10, 1_000, ["tac", "random"], max_work=10**9)
 
 
-def test_order_report(net):
+def test_order_answer(net):
     g, t = net
-    d = order_report(g, "random", t, seed=4).to_dict("x.json", "json")
+    d = order(ModelSpec.of(g), OracleSpec.of(t), OrderChoice("random", seed=4)).to_dict("x.json", "json")
     prio = compute_order(g, "random", seed=4)
     assert d["makespan"] == simulate(g, t, prio, seed=4).makespan  # one draw, not the mean over seeds
     assert d["unordered_makespan"] == simulate(g, t, None, seed=4).makespan
     assert list(d)[:8] == ["model", "mode", "algorithm", "transfers", "distinct_priorities", "output", "format",
                            "oracle"]
-    plain = order_report(g, "tic").to_dict("y.tsv", "tictac")
+    plain = order(ModelSpec.of(g), OracleSpec(None), OrderChoice("tic")).to_dict("y.tsv", "tictac")
     assert plain["oracle"] is None and plain["makespan"] is None and "upper" not in plain
 
 

@@ -16,7 +16,9 @@ from dlsched.analyses.links import LINK_POLICIES
 from dlsched.analyses.multiworker import simulate_workers
 from dlsched.analyses.multiworker_bounds import busy_time, multiworker_bounds, rate, rate_ops, rate_trace
 from dlsched.analyses.simulate import simulate
-from dlsched.analyses.simulate_report import simulate_report
+from dlsched.answers.options import ModelSpec, OracleSpec, OrderChoice
+from dlsched.answers.simulate import Run
+from dlsched.answers.simulate import simulate as simulate_answer
 from dlsched.formats.chrome_trace import write_chrome_trace
 from dlsched.synthetic import random_dag
 from tests.conftest import assert_clean_error, run_cli
@@ -237,7 +239,8 @@ def test_simulate_four_workers_compared_prints_no_negative_efficiency(tmp_path, 
 
 def test_the_simulate_report_rates_jittered_runs_within_zero_and_one():
     g, t = random_dag(30, 8, training=True, seed=4)
-    r = simulate_report(g, t, "tac", compare=["random", "tic"], workers=1, iterations=4, jitter=0.5, seed=2)
+    r = simulate_answer(ModelSpec.of(g), OracleSpec.of(t), OrderChoice("tac", seed=2),
+                        Run(workers=1, iterations=4, jitter=0.5, compare=["random", "tic"]))
     effs = [r.figures["efficiency"], r.figures["dependency_efficiency"]] + [c["efficiency"]
                                                                             for c in r.figures["compare"]]
     assert all(0 <= e <= 1 for e in effs), effs

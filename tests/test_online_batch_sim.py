@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dlsched.planning.online_batch_sim import (read_trace, replay_batch, scenario_trace, simulate_policies,
-                                               table3_trace)
+from dlsched.answers.replay_batch import SpeedSource, replay_batch
+from dlsched.planning.online_batch_sim import read_trace, scenario_trace, simulate_policies, table3_trace
 from dlsched.errors import DlschedError
 from tests.conftest import assert_clean_error, run_cli
 
@@ -61,10 +61,10 @@ def test_measured_trace_file(tmp_path):
     assert (trace.iterations, trace.workers) == (6, 2)
     assert trace.times(0, [16, 16]).tolist() == pytest.approx([0.1, 0.2])
     assert trace.times(4, [8, 16]).tolist() == pytest.approx([0.1, 0.2])
-    res = replay_batch(["lbbsp-cpu:memoryless"], 32, trace_path=tmp_path / "t.csv")
+    res = replay_batch(SpeedSource(trace=tmp_path / "t.csv"), ["lbbsp-cpu:memoryless"], 32)
     assert res.summary().final_batches[0] == [16, 16]
     with pytest.raises(DlschedError, match="has 2 workers, not the 3"):
-        replay_batch(["bsp"], 32, trace_path=tmp_path / "t.csv", workers=3)
+        replay_batch(SpeedSource(trace=tmp_path / "t.csv", workers=3), ["bsp"], 32)
     pd.DataFrame(rows[:-1]).to_csv(tmp_path / "gap.csv", index=False)
     with pytest.raises(DlschedError, match="one row per iteration and worker"):
         read_trace(tmp_path / "gap.csv")
@@ -149,7 +149,7 @@ def test_cluster_bandwidth_adds_the_transfer_term():
 
 
 def test_noise_keeps_the_fig8_split_near_the_optimum():
-    res = replay_batch(["lbbsp-gpu"], scenario="fig8", noise=0.02, seed=3)
+    res = replay_batch(SpeedSource(scenario="fig8", noise=0.02, seed=3), ["lbbsp-gpu"])
     it = res.iterations
     assert it[it.iteration.between(100, 149)].iteration_time.mean() <= 1.602 * 1.03
     assert np.isfinite(res.summary().final_gap[0])

@@ -266,12 +266,13 @@ def test_back_to_back_bert_profiles_agree():
     ops take a few µs each, and a burst of load can hit one profile), so up to three pairs are measured: all three
     disagree only if the profiles are not reproducible.
     """
-    from dlsched.profiling.profile_run import profile_model
+    from dlsched.answers.options import ModelSpec
+    from dlsched.answers.profile import Timing, profile
 
     def total():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return profile_model(BERT, mode="training", threads=1).to_dict()["total_compute_time"]
+            return profile(ModelSpec(BERT, mode="training"), Timing(threads=1)).to_dict()["total_compute_time"]
 
     ratios = []
     for _ in range(3):

@@ -8,7 +8,8 @@ from dlsched.errors import DlschedError, OracleError
 from dlsched.formats.dag_json import save_dag
 from dlsched.formats.oracle_file import write_oracle
 from dlsched.planning.batch import TimeReference, oracle_compute_seconds, profiled_batch
-from dlsched.planning.batch_job import DEFAULT_MARGIN, DeviceAnswer, SplitAnswer, run_plan_batch
+from dlsched.answers.options import ModelSpec, OracleSpec
+from dlsched.answers.plan_batch import DEFAULT_MARGIN, DeviceAnswer, Memory, SplitAnswer, Workers, plan_batch
 from dlsched.planning.cluster_file import Worker, parse_cluster, parse_workers, read_cluster, worker_specs
 from dlsched.planning.memory import MemoryEstimate
 from dlsched.synthetic import random_dag
@@ -91,22 +92,22 @@ def test_worker_specs_scale_the_reference():
     assert [s.max_batch for s in specs] == [70, 70]
 
 
-def test_run_plan_batch_margin_and_global_batch_precedence(model, tmp_path):
+def test_plan_batch_margin_and_global_batch_precedence(model, tmp_path):
     _, _, path, oracle, compute = model
-    single = run_plan_batch(path, memory=20_000_000, oracle=oracle)
+    single = plan_batch(ModelSpec(path), OracleSpec(oracle), Memory(20_000_000))
     assert isinstance(single, DeviceAnswer) and single.plan.margin == DEFAULT_MARGIN
     assert single.reference.source == f"oracle {oracle} at batch 8"
     assert single.to_dict()["throughput"][-1]["time"] == pytest.approx(compute * single.plan.batch / 8)
     assert "measurements" not in single.to_dict()
-    assert "throughput" not in run_plan_batch(path, memory=20_000_000).to_dict()
+    assert "throughput" not in plan_batch(ModelSpec(path), OracleSpec(None), Memory(20_000_000)).to_dict()
     c = tmp_path / "c.yaml"
     c.write_text("global_batch: 12\nmargin: 0.5\nworkers:\n  - {name: a, memory: 1GiB}\n  - {name: b, memory: 1GiB}\n")
-    split = run_plan_batch(path, cluster=str(c))
+    split = plan_batch(ModelSpec(path), OracleSpec(None), Memory(), workers=Workers(cluster=str(c)))
     assert isinstance(split, SplitAnswer) and (split.margin, split.plan.global_batch) == (0.5, 12)
     assert split.to_dict()["time_unit"] == "reference-sample" and split.plan.batches == [6, 6]
-    split = run_plan_batch(path, cluster=str(c), margin=0.2, global_batch=4)
+    split = plan_batch(ModelSpec(path), OracleSpec(None), Memory(margin=0.2), workers=Workers(4, cluster=str(c)))
     assert (split.margin, split.plan.global_batch) == (0.2, 4)
     with pytest.raises(DlschedError, match="not both"):
-        run_plan_batch(path, workers=["a:1GiB"], cluster=str(c))
+        plan_batch(ModelSpec(path), OracleSpec(None), Memory(), workers=Workers(workers=["a:1GiB"], cluster=str(c)))
     with pytest.raises(DlschedError, match="needs --global-batch"):
-        run_plan_batch(path, workers=["a:1GiB"])
+        plan_batch(ModelSpec(path), OracleSpec(None), Memory(), workers=Workers(workers=["a:1GiB"]))

@@ -1,4 +1,4 @@
-"""The oracle builder behind ``dlsched profile`` (profiling.oracle.build_oracle, profiling.profile_run), as
+"""The oracle builder behind ``dlsched profile`` (profiling.oracle.build_oracle, answers.profile), as
 library calls: no subprocess, no framework run."""
 from __future__ import annotations
 
@@ -6,15 +6,27 @@ import json
 
 import pytest
 
+from dlsched.answers.options import ModelSpec
+from dlsched.answers.profile import Link, Timing, profile
 from dlsched.errors import DlschedError
 from dlsched.formats.dag_json import save_dag
 from dlsched.profiling.device_specs import BUILTIN
-from dlsched.profiling.network import LinkMeasurement
+from dlsched.profiling.network import LinkMeasurement, parse_peer
 from dlsched.profiling.oracle import build_oracle
-from dlsched.profiling.profile_run import parse_peer, profile_model
 from dlsched.synthetic import random_dag
 
 SMALL_CNN = "examples/torch_models.py:small_cnn"
+
+
+def _profile(model: str, **options):
+    """The answer, its options by their command-line names (``peer`` and ``measure_network`` are the link's)."""
+    link = {"peer": options.pop("peer", None), "measure": options.pop("measure_network", False)}
+    return profile(ModelSpec(model, batch=options.pop("batch", None)), Timing(**options), Link(**link))
+
+
+@pytest.fixture()
+def no_loading(monkeypatch):
+    monkeypatch.setattr("dlsched.importers.loader.load_model", lambda *a, **kw: pytest.fail("the model was loaded"))
 
 
 @pytest.fixture()
@@ -83,28 +95,29 @@ def test_exactly_one_source_of_compute_times(dag):
     ({}, "holds no runnable model"),
     ({"analytic": True, "device_spec": "no-such-device"}, "unknown device spec"),
 ])
-def test_profile_model_refuses_before_loading(dag, kwargs, needle):
+def test_profile_refuses_before_loading(dag, kwargs, needle, no_loading):
     _, d = dag
     with pytest.raises(DlschedError, match=needle):
-        profile_model(str(d / "m.dag.json"), load=lambda **kw: pytest.fail("the model was loaded"), **kwargs)
+        _profile(str(d / "m.dag.json"), **kwargs)
 
 
-def test_profile_model_refuses_a_billion_runs_before_loading():
+def test_profile_refuses_a_billion_runs_before_loading(no_loading):
     with pytest.raises(DlschedError, match="op runs"):
-        profile_model(SMALL_CNN, runs=10**9, load=lambda **kw: pytest.fail("the model was loaded"))
+        _profile(SMALL_CNN, runs=10**9)
 
 
-def test_profile_model_keeps_a_saved_dags_mode_and_uses_the_loader_given(dag):
+def test_profile_keeps_a_saved_dags_mode_and_loads_with_the_options_given(dag, monkeypatch):
     g, d = dag
-    built = profile_model(str(d / "m.dag.json"), trace=str(d / "t.json"), default_time=1e-6)
+    built = _profile(str(d / "m.dag.json"), trace=str(d / "t.json"), default_time=1e-6)
     assert built.graph.mode == "training" and built.result.untimed == {}
     seen = {}
 
-    def load(**kw):
-        seen.update(kw)
+    def load(model, **kw):
+        seen.update(model=model, **kw)
         return g
 
-    profile_model("anything.dag.json", analytic=True, batch=3, load=load)
+    monkeypatch.setattr("dlsched.importers.loader.load_model", load)
+    _profile("anything.dag.json", analytic=True, batch=3)
     assert seen == {"model": "anything.dag.json", "mode": None, "batch": 3, "ps": None, "ps_strategy": None,
                     "buffers": False}
 

@@ -69,6 +69,37 @@ COLLECTIVES = ("allreduce", "solo", "majority")
 ACTIVATIONS = ("free-running", "barrier")
 
 
+def parse_collectives(text: str | None) -> list[str] | None:
+    """``"allreduce,solo"`` → ``["allreduce", "solo"]``; ``None`` when ``text`` names no collective at all.
+
+    ``simulate --compare`` takes either collectives or transfer orders
+    (:func:`dlsched.analyses.compare.parse_orders`); this tells them apart.
+
+    Raises
+    ------
+    DlschedError
+        A list mixing collectives with other names (orders), or naming one twice.
+
+    Examples
+    --------
+    >>> parse_collectives("allreduce, solo"), parse_collectives("tac,random")
+    (['allreduce', 'solo'], None)
+    """
+    if not text:
+        return None
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    known = [n for n in names if n in COLLECTIVES]
+    if not known:
+        return None
+    if len(known) != len(names):
+        other = ", ".join(n for n in names if n not in COLLECTIVES)
+        raise DlschedError(f"--compare {text!r} mixes collectives ({', '.join(known)}) with {other}; compare "
+                           f"either collectives ({', '.join(COLLECTIVES)}) or transfer orders, not both")
+    if len(set(names)) != len(names):
+        raise DlschedError(f"--compare {text!r} names a collective twice")
+    return names
+
+
 @dataclass(frozen=True)
 class StepShape:
     """One process's training step: ``compute_s`` of forward + backward, and its gradient buckets.

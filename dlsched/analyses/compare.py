@@ -28,6 +28,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
+from dlsched import limits
 from dlsched.dag import Graph
 from dlsched.errors import DlschedError
 
@@ -57,6 +58,29 @@ def simulation_count(orders: Sequence[str]) -> int:
     6
     """
     return sum(len(_seeds(name, 0)) for name in orders)
+
+
+def check_simulate_work(ops: int | None, workers: int, iterations: int, compare: Sequence[str] = (),
+                        max_work: int | None = None) -> None:
+    """Refuse a simulation (one run, plus those ``compare`` needs) above :data:`dlsched.limits.SIMULATE`.
+
+    One simulation is work of ``ops × workers × iterations`` op-steps;
+    ``ops=None`` checks the options alone, before the model is loaded.
+
+    Raises
+    ------
+    WorkLimitError
+        The op-steps exceed the budget (``max_work`` overrides it).
+
+    Examples
+    --------
+    >>> check_simulate_work(None, 1_000, 10**5)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    dlsched.errors.WorkLimitError: simulate would take at least 900,000,000 simulated op-steps ...
+    """
+    work = limits.simulate_work(ops, workers, iterations, 1 + simulation_count(compare))
+    limits.check_work(work, limits.SIMULATE, "simulate", max_work)
 
 
 def parse_orders(text: str | None) -> list[str]:

@@ -1,6 +1,6 @@
 """``dlsched replay-batch``: replay a speed trace against online batch-size policies (DESIGN §5.1, LB-BSP).
 
-The replay: :func:`dlsched.planning.online_batch_sim.replay_batch`; the plot: :mod:`dlsched.formats.batch_plot`.
+The replay: :func:`dlsched.answers.replay_batch.replay_batch`; the plot: :mod:`dlsched.formats.batch_plot`.
 """
 from __future__ import annotations
 
@@ -8,7 +8,13 @@ import click
 
 from dlsched.units import parse_list
 
-from .common import NONNEG_FLOAT, POSITIVE_INT, SEED, console, emit_json, fmt_seconds
+from .common import NONNEG_FLOAT, POSITIVE_INT, SEED, console, emit_json, fmt_seconds, gather
+
+
+def _source(**options):
+    from dlsched.answers.replay_batch import SpeedSource
+
+    return SpeedSource(**options)
 
 
 def _pct(gap):
@@ -18,7 +24,7 @@ def _pct(gap):
 @click.command("replay-batch")
 @click.option("--scenario", type=click.Choice(["fig8", "step", "periodic", "random", "table3"]), default=None,
               help="Built-in speed trace [default: step].")
-@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--trace", type=click.Path(dir_okay=False), default=None,
               help="Measured trace CSV: iteration, worker, and batch+time or speed (optional overhead, cpu, mem).")
 @click.option("--policy", "policies", multiple=True,
               help="bsp, static, lbbsp-cpu[:memoryless|ema|narx], lbbsp-gpu; repeatable "
@@ -33,8 +39,8 @@ def _pct(gap):
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="PNG of batch sizes and times over iterations, one line per worker.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
-def replay_batch(scenario, trace_path, policies, global_batch, workers, iterations, noise, caps, seed, plot_path,
-                 as_json):
+@gather("source", _source, ("scenario", "trace", "workers", "iterations", "noise", "seed"))
+def replay_batch(source, policies, global_batch, caps, plot_path, as_json):
     """Replay per-worker speeds against batch-size policies (LB-BSP, paper 002).
 
     Each iteration a policy turns the last per-worker batches, busy times and
@@ -43,16 +49,11 @@ def replay_batch(scenario, trace_path, policies, global_batch, workers, iteratio
     speeds) or lbbsp-gpu (Algorithm 2: leader/straggler steps). The gap is the
     iteration time over the balanced optimum of the same iteration's curves.
     """
+    from dlsched.answers.replay_batch import replay_batch as replay
     from dlsched.planning.online_batch_sim import DEFAULT_POLICIES
-    from dlsched.planning.online_batch_sim import replay_batch as replay
 
-    res = replay(policies or DEFAULT_POLICIES, global_batch, scenario=scenario, trace_path=trace_path,
-                 workers=workers, iterations=iterations, noise=noise, seed=seed, caps=parse_list(caps, int, "--caps", "whole numbers, e.g. 96,64,64,32"))
-    if plot_path:
-        from dlsched.formats.batch_plot import plot_batches
-
-        plot_batches(res.steps, plot_path, iterations=res.iterations,
-                     title=f"{res.trace.name}: X = {res.global_batch}, {res.trace.workers} workers")
+    res = replay(source, policies or DEFAULT_POLICIES, global_batch,
+                 parse_list(caps, int, "--caps", "whole numbers, e.g. 96,64,64,32"), plot_path)
     if as_json:
         emit_json(res.to_dict() | ({"plot": plot_path} if plot_path else {}))
         return

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from .common import duration_option, emit_json, exclusive, load_optional_model, model_options, oracle_options
+from .common import duration_option, emit_json, exclusive, model_options, need_oracle, oracle_options
 
 
 @click.command()
@@ -15,7 +15,7 @@ from .common import duration_option, emit_json, exclusive, load_optional_model, 
               help="A measured Chrome trace (JSON): its span is the makespan; a dlsched trace is also rated per "
                    "worker and iteration (no MODEL needed).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
-def bounds(oracle, default_time, rescale_batch, makespan, trace_path, as_json, **model_kw):
+def bounds(model, oracle, makespan, trace_path, as_json):
     """Makespan bounds of MODEL under a time oracle (TicTac §3.2), or a trace's iterations rated (DESIGN §4.6).
 
     U runs every op one after another; L keeps the busiest resource always
@@ -31,21 +31,20 @@ def bounds(oracle, default_time, rescale_batch, makespan, trace_path, as_json, *
     own E from its realised op times, and the straggler share. A time outside
     its bounds gets no E but a model error, with its size.
     """
-    from dlsched.analyses.bounds_report import bounds_report
+    from dlsched.answers.bounds import bounds as answer
 
     from .bounds_views import print_bounds, print_trace
 
     exclusive(makespan=makespan, trace=trace_path)
-    graph, times = load_optional_model(oracle, default_time, rescale_batch, "the bounds come from its op times",
-                                       **model_kw)
-    if graph is None and (trace_path is None or makespan is not None or oracle is not None):
+    need_oracle(model, oracle, "the bounds come from its op times")
+    if not model.given and (trace_path is None or makespan is not None or oracle.given):
         raise click.UsageError("Give MODEL with --oracle (and optionally --makespan or --trace), or --trace alone "
                                "to rate a dlsched trace per worker and iteration.")
-    report = bounds_report(graph, times, makespan, trace_path)
+    report = answer(model, oracle, makespan, trace_path)
     if as_json:
         emit_json(report.figures)
         return
-    if graph is not None:
+    if model.given:
         print_bounds(report, bool(trace_path))
     if report.trace is not None:
         print_trace(report.trace, trace_path)

@@ -1,14 +1,22 @@
-"""``dlsched snapshot`` and ``dlsched check``: the CI regression gate (:mod:`dlsched.analyses.gate`)."""
+"""``dlsched snapshot`` and ``dlsched check``: the CI regression gate (:mod:`dlsched.answers.gate`)."""
 from __future__ import annotations
 
 import click
 from click.core import ParameterSource
 
-from .common import DURATION, FRACTION, column_table, console, emit_json, load_graph, model_options
+from .common import DURATION, FRACTION, column_table, console, emit_json, gather, model_options
+
+
+def _gate(**options):
+    from dlsched.answers.gate import GateOptions
+
+    return GateOptions(**options)
 
 
 def gate_options(fn):
-    """Options that decide the figures; recorded in the baseline and reused by check."""
+    """Options that decide the figures, handed over as ``model`` and ``gate``; recorded in the baseline and reused
+    by check."""
+    fn = gather("gate", _gate, ("oracle", "device_spec", "default_time", "memory", "margin", "optimizer"))(fn)
     fn = click.option("--optimizer", type=click.Choice(["sgd", "momentum", "adam"]), default=None,
                       help="Optimizer state counted by the batch plan [default: sgd].")(fn)
     fn = click.option("--margin", type=FRACTION, default=None,
@@ -29,7 +37,7 @@ def gate_options(fn):
 @click.option("--tolerance-for", "tolerance_for", multiple=True, metavar="METRIC=TOL",
               help="Per-metric tolerance stored in the baseline, e.g. tac_makespan=5%.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def snapshot(output, tolerance_for, as_json, **options):
+def snapshot(model, gate, output, tolerance_for, as_json):
     """Record MODEL's figures as a CI baseline (deterministic: analytic oracle by default).
 
     Records op counts by type, parameter count and bytes, transfer counts, the
@@ -37,11 +45,9 @@ def snapshot(output, tolerance_for, as_json, **options):
     of random order (mean over fixed seeds), the largest batch for --memory, the
     fingerprint and the dlsched version.
     """
-    from dlsched.analyses.gate import snapshot_model
-    from dlsched.formats.baseline import write_baseline
+    from dlsched.answers.snapshot import snapshot as answer
 
-    snap = snapshot_model(options, tolerance_for, load=load_graph)
-    write_baseline(snap.doc, output)
+    snap = answer(model, gate, tolerance_for, output)
     if as_json:
         emit_json({"output": output, **snap.doc})
         return
@@ -58,25 +64,20 @@ def snapshot(output, tolerance_for, as_json, **options):
 @click.option("--junit", type=click.Path(dir_okay=False), help="Also write a JUnit XML report.")
 @click.option("--update", is_flag=True, help="Rewrite the baseline with the current figures.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def check(baseline, tolerance, tolerance_for, junit, update, as_json, **options):
+def check(model, gate, baseline, tolerance, tolerance_for, junit, update, as_json):
     """Compare MODEL against a baseline; exit 1 when a metric regresses beyond tolerance.
 
     The figures are recomputed with the options recorded in the baseline
     (oracle or device spec, memory, mode, batch, servers); any of them given
     here overrides the recorded one.
     """
-    from dlsched.analyses.gate import OPTION_KEYS, check_model
-    from dlsched.formats.baseline import read_baseline, write_baseline
+    from dlsched.answers.check import check as answer
+    from dlsched.answers.gate import OPTION_KEYS
 
     ctx = click.get_current_context()
     # An option overrides the baseline's only when given on the command line, not by its default.
     given = {k for k in OPTION_KEYS if ctx.get_parameter_source(k) not in (None, ParameterSource.DEFAULT)}
-    result = check_model(read_baseline(baseline), options, given, tolerance, tolerance_for, update, load=load_graph)
-    if junit:
-        from dlsched.formats.junit import write_junit
-        write_junit(result.table, junit, suite=result.graph.name, note=result.note)
-    if update:
-        write_baseline(result.doc, baseline)
+    result = answer(baseline, model, gate, given, tolerance, tolerance_for, update, junit)
     if as_json:
         emit_json({"baseline": baseline, **result.to_dict()})
     else:

@@ -1,4 +1,4 @@
-"""Shared by the commands: numeric option types, --max-work, progress bars, model loading, JSON, tables."""
+"""Shared by the commands: numeric option types, --max-work, progress bars, model and oracle options, JSON, tables."""
 from __future__ import annotations
 
 import contextlib
@@ -215,25 +215,37 @@ def gather(name: str, build: Callable[..., Any], fields: tuple[str, ...]):
     return decorate
 
 
+def _model_spec(model, mode, batch, ps, ps_strategy, buffers):
+    """The :class:`~dlsched.answers.options.ModelSpec` of the MODEL options; --mode left at its default is unset,
+    so a saved DAG keeps its own."""
+    from click.core import ParameterSource
+
+    from dlsched.answers.options import ModelSpec
+
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and ctx.get_parameter_source("mode") is ParameterSource.DEFAULT:
+        mode = None
+    return ModelSpec(model, mode, batch, ps, ps_strategy, buffers)
+
+
 def model_options(fn=None, *, required: bool = True):
-    """MODEL argument plus --mode, --batch, --ps, --ps-strategy, --buffers.
+    """MODEL argument plus --mode, --batch, --ps, --ps-strategy, --buffers, handed over as ``model`` (a ModelSpec).
 
     ``@model_options(required=False)`` makes MODEL optional (plan-cluster works from figures alone).
     """
     def decorate(fn):
-        @click.argument("model", required=required)
-        @click.option("--mode", type=click.Choice(["inference", "training"]), default="inference", show_default=True,
-                      help="Forward only, or forward + backward + gradient sends (a .dag.json keeps its own).")
-        @click.option("--batch", type=POSITIVE_INT, default=None, help="Override the batch dimension.")
-        @click.option("--ps", type=POSITIVE_INT, default=None, help="Number of parameter servers [default: 1].")
-        @click.option("--ps-strategy", type=click.Choice(["round-robin", "greedy"]), default=None,
-                      help="How parameters are spread over servers [default: round-robin].")
-        @click.option("--buffers", is_flag=True,
-                      help="Also treat non-trainable state as transfers: torch buffers, ONNX BatchNorm mean/variance.")
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            return fn(*args, **kwargs)
-        return wrapper
+        fn = gather("model", _model_spec, ("model", "mode", "batch", "ps", "ps_strategy", "buffers"))(fn)
+        fn = click.option("--buffers", is_flag=True,
+                          help="Also treat non-trainable state as transfers: torch buffers, ONNX BatchNorm "
+                               "mean/variance.")(fn)
+        fn = click.option("--ps-strategy", type=click.Choice(["round-robin", "greedy"]), default=None,
+                          help="How parameters are spread over servers [default: round-robin].")(fn)
+        fn = click.option("--ps", type=POSITIVE_INT, default=None, help="Number of parameter servers [default: 1].")(fn)
+        fn = click.option("--batch", type=POSITIVE_INT, default=None, help="Override the batch dimension.")(fn)
+        fn = click.option("--mode", type=click.Choice(["inference", "training"]), default="inference",
+                          show_default=True,
+                          help="Forward only, or forward + backward + gradient sends (a .dag.json keeps its own).")(fn)
+        return click.argument("model", required=required)(fn)
     return decorate(fn) if fn is not None else decorate
 
 
@@ -250,9 +262,16 @@ def duration_option(ctx, param, value):
         raise click.BadParameter(str(e), ctx=ctx, param=param) from None
 
 
+def _oracle_spec(oracle, default_time, rescale_batch):
+    from dlsched.answers.options import OracleSpec
+
+    return OracleSpec(oracle, default_time, rescale_batch)
+
+
 def oracle_options(required: bool = True, oracle_help: str = "Time oracle file (CSV or Parquet: op, time in seconds)."):
-    """--oracle, --default-time and --rescale-batch, shared by the analyses."""
+    """--oracle, --default-time and --rescale-batch, shared by the analyses, handed over as ``oracle`` (OracleSpec)."""
     def decorate(fn):
+        fn = gather("oracle", _oracle_spec, ("oracle", "default_time", "rescale_batch"))(fn)
         fn = click.option("--rescale-batch", is_flag=True,
                           help="Use an oracle profiled at another batch than MODEL's, its compute times scaled "
                                "linearly in batch (otherwise it is refused).")(fn)
@@ -263,27 +282,10 @@ def oracle_options(required: bool = True, oracle_help: str = "Time oracle file (
     return decorate
 
 
-def load_graph(model: str, mode: str = "inference", batch: int | None = None, ps: int | None = None,
-               ps_strategy: str | None = None, buffers: bool = False, **_: Any):
-    """Load MODEL with the shared options (see :func:`dlsched.importers.loader.load_model`).
-
-    A --mode left at its default is passed as unset, so a saved DAG keeps its own.
-    """
-    from click.core import ParameterSource
-
-    from dlsched.importers.loader import load_model
-
-    ctx = click.get_current_context(silent=True)
-    if ctx is not None and "mode" in ctx.params and ctx.get_parameter_source("mode") is ParameterSource.DEFAULT \
-            and ctx.params["mode"] == mode:
-        mode = None
-
-    return load_model(model, mode=mode, batch=batch, ps=ps, ps_strategy=ps_strategy, buffers=buffers)
-
-
-def pop_model_kwargs(kwargs: dict) -> dict:
-    """Split the shared model options out of a command's kwargs."""
-    return {k: kwargs.pop(k) for k in ("model", "mode", "batch", "ps", "ps_strategy", "buffers") if k in kwargs}
+def need_oracle(model, oracle, why: str) -> None:
+    """MODEL without --oracle is a usage error whose message ends with ``why`` (what the oracle is for)."""
+    if model.given and not oracle.given:
+        raise click.UsageError(f"MODEL needs --oracle: {why}")
 
 
 def _jsonable(x: Any) -> Any:
@@ -359,21 +361,6 @@ def column_table(title: str | None, columns: tuple[str, ...], rows, left: tuple[
     for row in rows:
         t.add_row(*row)
     return t
-
-
-def load_optional_model(oracle, default_time, rescale_batch, why: str, **model_kw):
-    """``(graph, times)`` of an optional MODEL with its --oracle, or ``(None, None)`` without MODEL.
-
-    MODEL without --oracle is a usage error whose message ends with ``why`` (what the oracle is for).
-    """
-    if model_kw.get("model") is None:
-        return None, None
-    from dlsched.profiling.oracle_times import load_times
-
-    if oracle is None:
-        raise click.UsageError(f"MODEL needs --oracle: {why}")
-    graph = load_graph(**model_kw)
-    return graph, load_times(oracle, graph, default_time, rescale_batch=rescale_batch)
 
 
 def fmt_efficiency(e, model_error: float = 0.0) -> str:

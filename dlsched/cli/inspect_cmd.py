@@ -3,26 +3,23 @@ from __future__ import annotations
 
 import click
 
-from .common import console, emit_json, fmt_bytes, key_value_table, load_graph, model_options
+from .common import console, emit_json, fmt_bytes, key_value_table, model_options
 
 
 @click.command()
 @model_options
 @click.option("--save", type=click.Path(dir_okay=False), help="Also write the DAG to this .dag.json file.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
-def inspect(save, as_json, **model_kw):
+def inspect(model, save, as_json):
     """Summarise MODEL: ops by type, parameters, transfers, roots and leaves.
 
     MODEL is an .onnx file, a TF GraphDef (.pb/.pbtxt), a SavedModel folder, a
     .dag.json, or a PyTorch factory file.py:fn returning (module, example_inputs).
     """
-    from dlsched.analyses.summary import summarize
+    from dlsched.answers.inspect import inspect as answer
 
-    graph = load_graph(**model_kw)
-    summary = summarize(graph)
-    if save:
-        from dlsched.formats.dag_json import save_dag
-        save_dag(graph, save)
+    found = answer(model, save)
+    graph, summary = found.graph, found.summary
     if as_json:
         emit_json(summary)
         return

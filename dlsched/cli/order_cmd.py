@@ -6,10 +6,16 @@ import click
 from dlsched import limits
 from dlsched.analyses.orders import ALGORITHMS
 
-from .common import (NONNEG_FLOAT, SEED, column_table, console, emit_json, fmt_bytes, fmt_seconds, load_graph,
+from .common import (NONNEG_FLOAT, SEED, column_table, console, emit_json, fmt_bytes, fmt_seconds, gather,
                      max_work_option, model_options, oracle_options, progress)
 
 SHOWN = 10  # transfers listed in the summary table
+
+
+def _choice(algo, seed, time_limit):
+    from dlsched.answers.options import OrderChoice
+
+    return OrderChoice(algo, seed=seed, time_limit=time_limit)
 
 
 @click.command()
@@ -23,33 +29,21 @@ SHOWN = 10  # transfers listed in the summary table
               help="Seed of --algo random and of the unordered baseline.")
 @click.option("--time-limit", type=NONNEG_FLOAT, default=None,
               help="--algo exact: seconds to search (then any size is accepted).")
+@gather("choice", _choice, ("algo", "seed", "time_limit"))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Priority file to write.")
 @click.option("--format", "fmt", type=click.Choice(["json", "tictac"]), default="json", show_default=True,
               help="json (versioned, with the model fingerprint) or tictac (name<TAB>priority lines).")
 @max_work_option(limits.EXACT)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
-def order(algo, oracle, default_time, rescale_batch, seed, time_limit, output, fmt, max_work, as_json, **model_kw):
+def order(model, oracle, choice, output, fmt, max_work, as_json):
     """Write a priority file for MODEL's parameter transfers (TicTac §4).
 
     With --oracle, also simulates one iteration under the order and under an
     unordered (random) baseline, and reports their makespans and efficiency E.
     """
-    from dlsched.analyses.order_report import order_report
-    from dlsched.analyses.orders import NEEDS_TIMES
-    from dlsched.errors import DlschedError
-    from dlsched.formats.priority_file import write_priority_file
+    from dlsched.answers.order import order as answer
 
-    if algo in NEEDS_TIMES and oracle is None:
-        raise DlschedError(f"--algo {algo} needs a time oracle: pass --oracle oracle.csv (make one with "
-                           "dlsched profile), or use --algo tic, which needs only the graph")
-    graph = load_graph(**model_kw)
-    times = None
-    if oracle is not None:
-        from dlsched.profiling.oracle_times import load_times
-
-        times = load_times(oracle, graph, default_time, rescale_batch=rescale_batch)
-    report = order_report(graph, algo, times, seed, time_limit, max_work, reporter=progress)
-    write_priority_file(report.priority_file, output, fmt)  # atomic; an unwritable path is an OutputError (exit 2)
+    report = answer(model, oracle, choice, output, fmt, max_work, reporter=progress)
     out = report.to_dict(output, fmt)
     if as_json:
         emit_json(out)
@@ -58,9 +52,9 @@ def order(algo, oracle, default_time, rescale_batch, seed, time_limit, output, f
     rows = [(str(tr.priority), tr.name, fmt_bytes(tr.bytes), str(tr.ps)) for tr in transfers[:SHOWN]]
     if len(transfers) > SHOWN:
         rows.append(("…", f"{len(transfers) - SHOWN} more", "", ""))
-    console.print(column_table(f"{graph.name} ({graph.mode}): {algo} order, {len(transfers)} transfers",
+    console.print(column_table(f"{report.model} ({report.mode}): {choice.algo} order, {len(transfers)} transfers",
                                ("priority", "transfer", "size", "ps"), rows, left=("transfer",)))
-    if times is not None:
+    if report.compared is not None:
         console.print(f"simulated makespan {fmt_seconds(out['makespan'])} (E = {out['efficiency']:.3f}); "
                       f"unordered baseline {fmt_seconds(out['unordered_makespan'])} "
                       f"(E = {out['unordered_efficiency']:.3f})")

@@ -1,16 +1,16 @@
 """``dlsched plan-cluster``: devices, overhead ratio and parameter servers (paper 003 lemmas); the answer is
-:func:`dlsched.planning.cluster_plan.plan_cluster`'s."""
+:func:`dlsched.answers.plan_cluster.plan_cluster`'s."""
 from __future__ import annotations
 
 import click
 
 from dlsched import limits
 from dlsched.analyses.orders import ALGORITHMS
-from dlsched.planning.cluster_plan import DEFAULT_ROWS, SERVER_ASSUMPTIONS
+from dlsched.answers.plan_cluster import DEFAULT_ROWS, SERVER_ASSUMPTIONS, Scaling, Servers
 
 from .common import (BANDWIDTH, BYTES, FRACTION, NONNEG_FLOAT, POSITIVE_DURATION, POSITIVE_FLOAT, POSITIVE_INT,
-                     console, emit_json, fmt_bytes, fmt_seconds, key_value_table, load_optional_model, max_work_option,
-                     model_options, oracle_options)
+                     console, emit_json, fmt_bytes, fmt_seconds, gather, key_value_table, max_work_option,
+                     model_options, need_oracle, oracle_options)
 
 
 @click.command("plan-cluster")
@@ -40,9 +40,9 @@ from .common import (BANDWIDTH, BYTES, FRACTION, NONNEG_FLOAT, POSITIVE_DURATION
               help="Lemma 3.2: T_C, one round of computation on a worker, e.g. 0.5s.")
 @max_work_option(limits.CLUSTER_TABLE)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
-def plan_cluster(oracle, default_time, rescale_batch, algo, trace_path, overhead_ratio, target_speedup, max_devices,
-                 devices, target_efficiency, param_bytes, workers, bandwidth, compute_time, max_work, as_json,
-                 **model_kw):
+@gather("scaling", Scaling, ("overhead_ratio", "target_speedup", "max_devices", "devices", "target_efficiency"))
+@gather("servers", Servers, ("param_bytes", "workers", "bandwidth", "compute_time"))
+def plan_cluster(model, oracle, algo, trace_path, scaling, servers, max_work, as_json):
     """Efficiency and speedup by device count, devices needed for a target
     speedup, the largest overhead ratio for a target efficiency, and parameter
     servers needed to hide transfers (paper 003, Lemmas 3.1 and 3.2).
@@ -54,12 +54,10 @@ def plan_cluster(oracle, default_time, rescale_batch, algo, trace_path, overhead
     and T_C (a figure given by hand wins) and, with --ps 2 or more, shows how
     evenly its parameters spread over the servers.
     """
-    from dlsched.planning.cluster_plan import plan_cluster as answer
+    from dlsched.answers.plan_cluster import plan_cluster as answer
 
-    graph, times = load_optional_model(oracle, default_time, rescale_batch, "the time oracle that gives T_C and R_O",
-                                       **model_kw)
-    plan = answer(overhead_ratio, target_speedup, max_devices, param_bytes, workers, bandwidth, compute_time, max_work,
-                  devices, target_efficiency, graph, times, algo, trace_path)
+    need_oracle(model, oracle, "the time oracle that gives T_C and R_O")
+    plan = answer(model, oracle, scaling, servers, algo, trace_path, max_work)
     if as_json:
         emit_json(plan.to_dict())
         return

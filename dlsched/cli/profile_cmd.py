@@ -18,8 +18,21 @@ import click
 from dlsched import limits
 from dlsched.devices import DEVICES
 
-from .common import (BANDWIDTH, DURATION, NONNEG_INT, POSITIVE_INT, FiniteFloat, column_table, console, emit_json,
-                     err_console, fmt_bytes, fmt_seconds, key_value_table, load_graph, max_work_option, model_options, progress)
+from .common import (BANDWIDTH, DURATION, NONNEG_INT, POSITIVE_INT, FiniteFloat, emit_json, err_console, gather,
+                     max_work_option, model_options, progress)
+from .profile_views import print_report
+
+
+def _timing(**options):
+    from dlsched.answers.profile import Timing
+
+    return Timing(**options)
+
+
+def _link(bandwidth, latency, measure_network, peer, network_timeout):
+    from dlsched.answers.profile import Link
+
+    return Link(bandwidth, latency, measure_network, peer, network_timeout)
 
 
 @click.command()
@@ -51,9 +64,11 @@ from .common import (BANDWIDTH, DURATION, NONNEG_INT, POSITIVE_INT, FiniteFloat,
               help="With --analytic: cpu, a100, h100, or a YAML spec file; transfers use its network.")
 @click.option("--default-time", type=DURATION, default=None,
               help="Give ops that could not be timed this time (e.g. 10us).")
+@gather("timing", _timing, ("device", "runs", "warmup", "threads", "trace", "analytic", "device_spec", "default_time"))
+@gather("link", _link, ("bandwidth", "latency", "measure_network", "peer", "network_timeout"))
 @max_work_option(limits.PROFILE)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
-def profile(output, as_json, **options):
+def profile(model, timing, link, output, max_work, as_json):
     """Build MODEL's time oracle: Time(op) for every op, written to -o.
 
     Compute ops run on --device with the framework's profiler (warm-up, then
@@ -64,58 +79,13 @@ def profile(output, as_json, **options):
     need --default-time (or pass it here). More than --max-work op runs
     (compute ops × (runs + warm-up)) are refused before anything runs.
     """
-    from dlsched.formats.oracle_file import write_oracle
-    from dlsched.profiling.profile_run import profile_model
+    from dlsched.answers.profile import profile as answer
 
-    # The options are profile_model's parameters, by name.
-    built = profile_model(**options, load=load_graph, say=None if as_json else err_console.print,
-                          progress=functools.partial(progress, unit="runs"))
-    write_oracle(built.result.frame, output, meta=built.meta())
+    built = answer(model, timing, link, output, max_work, say=None if as_json else err_console.print,
+                   progress=functools.partial(progress, unit="runs"))
     info = {"output": str(output), **built.to_dict()}
     if as_json:
         emit_json(info)
         return
-    _print_report(info, built.result, built.graph)
+    print_report(info, built.result, built.graph)
 
-
-def _reasons(title: str, reasons: dict, out) -> None:
-    """Up to 20 ops with why, as a table."""
-    rows = list(reasons.items())[:20] + ([(f"… {len(reasons) - 20} more", "")] if len(reasons) > 20 else [])
-    out.print(column_table(title, ("op", "reason"), rows, left=("op", "reason")))
-
-
-def _print_report(info: dict, res, graph) -> None:
-    slowest = [(r["op"], str(r["op_type"]), fmt_seconds(r["time"]), r["source"]) for r in info["slowest"]]
-    console.print(column_table(f"slowest ops of {graph.name} ({graph.mode})", ("op", "type", "time", "source"),
-                               slowest, left=("op", "type", "source")))
-    src, fused, tr = info["network"]["source"], info["fused"], info.get("trace")
-    rows = [("batch", f"{info['batch'] or 'unknown'}{' (picked: symbolic)' if info['batch_picked'] else ''}"),
-            ("compute ops timed", f"{info['timed']:,} of {info['compute_ops']:,}")]
-    rows += [("intra-op threads", str(info["threads"]))] if info["threads"] else []
-    if info["run_spread"] is not None:  # Σ median over Σ minimum: how much slower a typical run was
-        rows.append(("spread between runs", f"median {info['run_spread']:+.0%} over the best"))
-    if fused:
-        rows.append(("fused into another op's kernel", f"{len(fused):,} (time 0, listed below)"))
-    rows += [("total compute time", fmt_seconds(info["total_compute_time"])),
-             ("transfers", f"{info['transfers']:,} ({fmt_bytes(info['transfer_bytes'])})"),
-             ("total transfer time", fmt_seconds(info["total_transfer_time"])),
-             ("bandwidth", f"{info['bandwidth'] * 8 / 1e9:.3f} Gbps ({src})"),
-             ("latency", f"{fmt_seconds(info['latency'])} ({src})")]
-    if tr:
-        rows += [("trace coverage", f"{tr['matched']:,} of {tr['compute_ops']:,} compute ops ({tr['fraction']:.0%}), "
-                                    f"{tr['iterations']} iteration(s), {tr['matcher']} matcher"),
-                 ("unknown trace events", f"{tr['unknown_event_count']:,}")]
-    console.print(key_value_table("oracle", rows + [("written to", info["output"])]))
-    if tr and tr["unknown_events"]:
-        names = ", ".join(f"{k} ×{v}" for k, v in list(tr["unknown_events"].items())[:10])
-        err_console.print(f"trace events that matched no op: {names}")
-    if fused:
-        _reasons("ops fused into another op's kernel (time 0; the kernel's time is on the op named)", fused, console)
-    if res.defaulted or res.untimed:
-        _reasons("ops given --default-time" if res.defaulted else "ops that could not be timed",
-                 res.defaulted or res.untimed, err_console)
-    if res.untimed:
-        names = ", ".join(list(res.untimed)[:10]) + (" …" if len(res.untimed) > 10 else "")
-        err_console.print(f"[yellow]warning:[/] {len(res.untimed)} compute op(s) have no time ({names}); the oracle "
-                          "was written without them and analyses will need --default-time (or re-run profile "
-                          "with --default-time).", soft_wrap=True)

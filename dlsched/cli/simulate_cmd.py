@@ -1,21 +1,30 @@
-"""``dlsched simulate MODEL --oracle O``: simulated iterations under a transfer order, or data-parallel collectives."""
+"""``dlsched simulate MODEL --oracle O``: simulated iterations under a transfer order, or data-parallel collectives.
+
+Two answers under one command: :mod:`dlsched.answers.simulate` (parameter
+servers) and, with ``--collective`` or ``--compare allreduce,solo,majority``,
+:mod:`dlsched.answers.collectives`.
+"""
 from __future__ import annotations
+
+from dataclasses import replace
 
 import click
 
 from dlsched import limits
 from dlsched.analyses.links import DEFAULT_SHARING, LINK_POLICIES
 from dlsched.analyses.orders import ORDERS
+from dlsched.answers.options import OrderChoice
+from dlsched.answers.simulate import Outputs, Run
 
-from .common import (NONNEG_FLOAT, POSITIVE_INT, SEED, emit_json, exclusive, load_graph, max_work_option,
-                     model_options, oracle_options, progress)
+from .common import (NONNEG_FLOAT, POSITIVE_INT, SEED, emit_json, exclusive, gather, max_work_option, model_options,
+                     oracle_options, progress)
 from .simulate_views import collective_options, print_collectives, print_orders
 
 
 @click.command()
 @model_options(required=False)
 @oracle_options(required=False)
-@click.option("--priorities", "priority_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--priorities", type=click.Path(dir_okay=False), default=None,
               help="Priority file (from dlsched order) to enforce.")
 @click.option("--algo", type=click.Choice(ORDERS), default=None,
               help="Compute the order here; unordered: random per worker and iteration [default: unordered].")
@@ -28,20 +37,21 @@ from .simulate_views import collective_options, print_collectives, print_orders
               help="serial: one transfer at a time per link; fair: one stream per worker, capacity split.")
 @click.option("--time-limit", type=NONNEG_FLOAT, default=None,
               help="--algo exact: seconds to search (then any size is accepted).")
-@click.option("--trace-out", type=click.Path(dir_okay=False), default=None,
+@gather("order", OrderChoice, ("algo", "priorities", "seed", "time_limit"))
+@click.option("--trace-out", "trace", type=click.Path(dir_okay=False), default=None,
               help="Write every iteration's timeline as Chrome-trace JSON (Perfetto, chrome://tracing; "
                    "dlsched bounds --trace rates it).")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
               help="Write a Gantt chart PNG of the first iteration.")
 @click.option("--color-by", type=click.Choice(["priority", "kind"]), default="priority", show_default=True,
               help="Gantt colours: transfers by priority rank, or every op by kind.")
+@gather("outputs", Outputs, ("trace", "plot", "color_by"))
 @click.option("--compare", default=None, help="Orders to compare side by side, e.g. tic,tac,random,topo.")
+@gather("run", Run, ("workers", "iterations", "jitter", "sharing", "compare"))  # --compare parsed below
 @max_work_option(limits.SIMULATE, limits.EXACT)
 @collective_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
-def simulate(oracle, default_time, rescale_batch, priority_path, algo, workers, iterations, seed, jitter, sharing,
-             time_limit, trace_out, plot, color_by, compare, max_work, as_json, collective, step_time, imbalance,
-             bucket_mb, gradient_size, algorithm, latency, bandwidth, activation, **model_kw):
+def simulate(model, oracle, order, run, outputs, max_work, collective, as_json):
     """Simulate MODEL's iterations under a transfer order (DESIGN §4.6).
 
     Prints the makespan and scheduling efficiency E; with several workers or
@@ -53,72 +63,53 @@ def simulate(oracle, default_time, rescale_batch, priority_path, algo, workers, 
     Work beyond --max-work op-steps (ops × workers × iterations, per order
     compared) is refused before it starts; long runs show a progress bar.
     """
-    from dlsched.analyses.collectives_report import collectives_report, parse_collectives
-    from dlsched.analyses.compare import parse_orders
-    from dlsched.analyses.simulate_report import check_simulate_work, simulate_report
-    from dlsched.errors import DlschedError
-    from dlsched.formats.priority_file import read_priority_file
+    from dlsched.analyses.allreduce_sim import parse_collectives
+    from dlsched.analyses.compare import check_simulate_work, parse_orders
 
-    exclusive(priorities=priority_path, algo=algo)
-    try:
-        kinds = parse_collectives(compare)
-    except DlschedError as e:
-        raise click.BadParameter(str(e), param_hint="--compare") from None
-    if kinds or collective or step_time is not None or imbalance is not None:
-        exclusive(collective=collective, compare=kinds)
-        if step_time is not None and model_kw["model"]:
+    exclusive(priorities=order.priorities, algo=order.algo)
+    kinds = _compare(parse_collectives, run.compare)
+    if kinds or collective.asked:
+        exclusive(collective=collective.kind, compare=kinds)
+        if collective.step.time is not None and model.given:
             raise click.UsageError("give either MODEL (with --oracle) or --step-time, not both")
-        if priority_path or algo or trace_out or plot:
+        if order.priorities or order.algo or outputs.trace or outputs.plot:
             raise click.UsageError("--priorities, --algo, --trace-out and --plot are for parameter servers; "
                                    "the all-reduce collectives take none of them")
-        graph = times = None
-        if step_time is None:
-            graph, times = _model(oracle, default_time, rescale_batch, model_kw)
-        with progress("simulating collectives", unit="steps") as bar:
-            out = collectives_report(kinds or [collective or "allreduce"], workers, iterations, imbalance,
-                                     step_time=step_time, gradient_bytes=gradient_size, graph=graph, times=times,
-                                     bucket_bytes=int(bucket_mb * 1024**2), latency=latency, bandwidth=bandwidth,
-                                     algorithm=algorithm, activation=activation, seed=seed, max_work=max_work,
-                                     progress=bar)
-        return emit_json(out) if as_json else print_collectives(out)
+        return _collectives(model, oracle, kinds or [collective.kind or "allreduce"], run, order.seed, collective,
+                            max_work, as_json)
+    run = replace(run, compare=_compare(parse_orders, run.compare))
+    check_simulate_work(None, run.workers, run.iterations, run.compare, max_work)  # absurd options, before loading
+    _need_model(model, oracle)
+    from dlsched.answers.simulate import simulate as answer
+
+    report = answer(model, oracle, replace(order, algo=order.algo or "unordered"), run, outputs, max_work, progress)
+    if as_json:
+        emit_json(report.figures | report.detail)
+        return
+    print_orders(report)
+
+
+def _collectives(model, oracle, kinds, run, seed, collective, max_work, as_json):
+    from dlsched.answers.collectives import Comparison, collectives
+
+    if collective.step.time is None:
+        _need_model(model, oracle)
+    comparison = Comparison(kinds, run.workers, run.iterations, collective.imbalance, collective.activation, seed)
+    with progress("simulating collectives", unit="steps") as bar:
+        out = collectives(model, oracle, comparison, collective.step, collective.network, max_work, bar)
+    return emit_json(out) if as_json else print_collectives(out)
+
+
+def _compare(parse, text):
+    """--compare read by ``parse``; its complaint is a usage error of --compare."""
+    from dlsched.errors import DlschedError
+
     try:
-        compare = parse_orders(compare)
+        return parse(text)
     except DlschedError as e:
         raise click.BadParameter(str(e), param_hint="--compare") from None
-    check_simulate_work(None, workers, iterations, compare, max_work)  # absurd options, before the model loads
-    graph, times = _model(oracle, default_time, rescale_batch, model_kw)
-    given = read_priority_file(priority_path, graph) if priority_path else None
-    report = simulate_report(graph, times, algo or "unordered", given, compare, workers, iterations, seed, jitter,
-                             sharing, time_limit, max_work, keep_timeline=bool(trace_out or plot), reporter=progress)
-    out = dict(report.figures)
-    # The exporters write atomically and report an unwritable path themselves (OutputError, exit 2).
-    if trace_out:
-        from dlsched.formats.chrome_trace import write_chrome_trace
-
-        write_chrome_trace(report.run.timeline, trace_out, model=graph.name,
-                           metadata={"algorithm": out["algorithm"], "makespan_s": out["makespan"],
-                                     "efficiency": out["efficiency"], "workers": workers})
-        out["trace"] = trace_out
-        if "iteration" in report.run.timeline.columns:
-            out["trace_iterations"] = int(report.run.timeline["iteration"].nunique())
-    if plot:
-        from dlsched.formats.gantt import plot_gantt
-
-        tl = report.run.timeline
-        first = tl[tl["iteration"] == tl["iteration"].min()] if "iteration" in tl.columns else tl
-        plot_gantt(first, plot, model=graph.name, order=out["algorithm"],
-                   makespan=report.run.first_makespan, efficiency=report.first_efficiency, color_by=color_by)
-        out["plot"] = plot
-    if as_json:
-        emit_json(out | report.detail)
-        return
-    print_orders(out, report)
 
 
-def _model(oracle, default_time, rescale_batch, model_kw):
-    from dlsched.profiling.oracle_times import load_times
-
-    if not model_kw["model"] or not oracle:
+def _need_model(model, oracle) -> None:
+    if not model.given or not oracle.given:
         raise click.UsageError("MODEL and --oracle are needed (or --step-time SECONDS with --collective).")
-    graph = load_graph(**model_kw)
-    return graph, load_times(oracle, graph, default_time, rescale_batch=rescale_batch)

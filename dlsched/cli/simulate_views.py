@@ -1,17 +1,45 @@
 """``dlsched simulate``'s data-parallel options and its tables (orders, and collectives side by side)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import click
 
+from dlsched.answers.collectives import Network, Step
+
 from .common import (BANDWIDTH, DURATION, POSITIVE_DURATION, POSITIVE_FLOAT, Quantity, column_table, console,
-                     fmt_bytes, fmt_efficiency, fmt_seconds, key_value_table)
+                     fmt_bytes, fmt_efficiency, fmt_seconds, gather, key_value_table)
+
+
+@dataclass(frozen=True)
+class CollectiveArgs:
+    """The data-parallel options as given: which collective, the step, the network, the imbalance, the activation."""
+
+    kind: str | None
+    step: Step
+    network: Network
+    imbalance: str | None
+    activation: str
+
+    @property
+    def asked(self) -> bool:
+        """An option that only the collectives take was given."""
+        return bool(self.kind) or self.step.time is not None or self.imbalance is not None
+
+
+def _collective_args(collective, step_time, imbalance, bucket_mb, gradient_size, algorithm, latency, bandwidth,
+                     activation):
+    return CollectiveArgs(collective, Step(step_time, gradient_size, int(bucket_mb * 1024**2)),
+                          Network(latency, bandwidth, algorithm), imbalance, activation)
 
 
 def collective_options(fn):
-    """--collective, --step-time, --imbalance and the all-reduce's cost model (DESIGN §4.8)."""
+    """--collective, --step-time, --imbalance and the all-reduce's cost model (DESIGN §4.8), as ``collective``."""
     from dlsched.analyses.allreduce_sim import ACTIVATIONS, COLLECTIVES
     from dlsched.analyses.collective_cost import ALGORITHMS
 
+    fn = gather("collective", _collective_args, ("collective", "step_time", "imbalance", "bucket_mb", "gradient_size",
+                                                 "algorithm", "latency", "bandwidth", "activation"))(fn)
     options = [
         click.option("--collective", type=click.Choice(COLLECTIVES), default=None,
                      help="Data-parallel all-reduce instead of parameter servers: synchronous, or eager-SGD's "
@@ -63,11 +91,11 @@ def print_collectives(out: dict) -> None:
                   "missed: results a process never read (overwritten).")
 
 
-def print_orders(out: dict, report) -> None:
+def print_orders(report) -> None:
     """The parameter-server simulation: makespan, E, bounds; per worker and orders compared."""
     from dlsched.analyses.compare import RANDOM_SEEDS
 
-    multi = report.multi
+    out, multi = report.figures, report.multi
     rows = [("makespan" + (" (mean iteration time)" if multi else ""), fmt_seconds(out["makespan"])),
             ("efficiency E", f"{out['efficiency']:.3f}"),
             ("efficiency against L_dep", f"{out['dependency_efficiency']:.3f}"),

@@ -59,6 +59,20 @@ class NetworkError(DlschedError):
     """A network peer is unreachable, died, or the measurement is unusable."""
 
 
+def parse_peer(peer: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) → ``(host, port)``.
+
+    Examples
+    --------
+    >>> parse_peer("127.0.0.1:29555"), parse_peer("[::1]:80")
+    (('127.0.0.1', 29555), ('::1', 80))
+    """
+    host, _, port = peer.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise DlschedError(f"--peer {peer!r}: expected HOST:PORT, e.g. 127.0.0.1:29555")
+    return host.strip("[]"), int(port)
+
+
 def transfer_time(nbytes: float, bandwidth: float, latency: float) -> float:
     """Time of one transfer: ``latency + bytes / bandwidth``.
 

@@ -8,26 +8,23 @@ Examples
 --------
 >>> from dlsched.synthetic import random_dag
 >>> g, t = random_dag(30, 6, training=True, seed=2)
->>> r = order_report(g, "tac", t)
+>>> r = order(ModelSpec.of(g), OracleSpec.of(t), OrderChoice("tac"))
 >>> d = r.to_dict("tac.json", "json")
 >>> d["transfers"], d["makespan"] <= d["unordered_makespan"] + 1e-12, d["lower"] <= d["makespan"] <= d["upper"]
 (6, True, True)
->>> order_report(g, "tic").to_dict("tic.json", "json")["makespan"] is None
+>>> order(ModelSpec.of(g), OracleSpec(None), OrderChoice("tic")).to_dict("tic.json", "json")["makespan"] is None
 True
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
 
-from dlsched.dag import Graph
-
-from .orders import UNORDERED
+from .options import ModelSpec, OracleSpec, OrderChoice, load_timed_model
 
 
 @dataclass(frozen=True)
 class OrderReport:
-    """What :func:`order_report` answers.
+    """What :func:`order` answers.
 
     Attributes
     ----------
@@ -70,21 +67,22 @@ class OrderReport:
         return out
 
 
-def order_report(graph: Graph, algo: str, times: Mapping[str, float] | None = None, seed: int = 0,
-                 time_limit: float | None = None, max_work: int | None = None, reporter=None) -> OrderReport:
-    """Compute ``algo``'s order of ``graph``'s transfers and, given ``times``, rate it.
+def order(model: ModelSpec, oracle: OracleSpec, choice: OrderChoice, output: str | None = None, fmt: str = "json",
+          max_work: int | None = None, reporter=None) -> OrderReport:
+    """Compute ``choice.algo``'s order of ``model``'s transfers, rate it given ``oracle``, and write it to ``output``.
 
     Parameters
     ----------
-    graph : Graph
-    algo : str
-        One of :data:`dlsched.analyses.orders.ALGORITHMS`.
-    times : mapping, optional
-        The time oracle; needed by ``tac`` and ``exact``, and for the makespans.
-    seed : int
-        Seed of ``random`` and of the unordered baseline.
-    time_limit, max_work : optional
-        Bounds of the exact search.
+    model : ModelSpec
+    oracle : OracleSpec
+        Needed by ``tac`` and ``exact``, and for the makespans; may be not given otherwise.
+    choice : OrderChoice
+        ``algo`` (one of :data:`dlsched.analyses.orders.ALGORITHMS`), the ``seed`` of
+        ``random`` and of the unordered baseline, and ``time_limit`` of the exact search.
+    output, fmt : optional
+        The priority file to write (atomically) and its format, ``json`` or ``tictac``.
+    max_work : int, optional
+        Bound of the exact search.
     reporter : callable, optional
         Opens a progress stage (see :mod:`dlsched.analyses.compare`).
 
@@ -95,19 +93,30 @@ def order_report(graph: Graph, algo: str, times: Mapping[str, float] | None = No
     Raises
     ------
     DlschedError
-        ``tac``/``exact`` without times, an exact search too large.
+        ``tac``/``exact`` without an oracle (before the model loads), an exact search too large.
+    OutputError
+        ``output`` cannot be written.
     """
+    from dlsched.analyses.bounds import bounds
+    from dlsched.analyses.compare import compare_orders, exact_search, order_priorities
+    from dlsched.analyses.orders import NEEDS_TIMES, UNORDERED
+    from dlsched.errors import DlschedError
     from dlsched.formats.oracle_file import oracle_hash
-    from dlsched.formats.priority_file import make_priority_file
+    from dlsched.formats.priority_file import make_priority_file, write_priority_file
 
-    from .bounds import bounds
-    from .compare import compare_orders, exact_search, order_priorities
-
-    search = exact_search(graph, times, time_limit, max_work, reporter) if algo == "exact" else None
+    algo, seed = choice.algo, choice.seed
+    if algo in NEEDS_TIMES and not oracle.given:
+        raise DlschedError(f"--algo {algo} needs a time oracle: pass --oracle oracle.csv (make one with "
+                           "dlsched profile), or use --algo tic, which needs only the graph")
+    graph, times = load_timed_model(model, oracle) if oracle.given else (model.load(), None)
+    search = exact_search(graph, times, choice.time_limit, max_work, reporter) if algo == "exact" else None
     priorities = dict(search.priorities) if search is not None else order_priorities(graph, algo, times, seed)
     pf = make_priority_file(graph, priorities, algo, oracle_hash(times) if times is not None else None)
-    if times is None:
-        return OrderReport(graph.name, graph.mode, pf)
-    b = bounds(graph, times)
-    compared = compare_orders(graph, times, [algo, UNORDERED], seed, given={algo: priorities})
-    return OrderReport(graph.name, graph.mode, pf, compared, b.upper, b.lower, search)
+    report = OrderReport(graph.name, graph.mode, pf)
+    if times is not None:
+        b = bounds(graph, times)
+        compared = compare_orders(graph, times, [algo, UNORDERED], seed, given={algo: priorities})
+        report = OrderReport(graph.name, graph.mode, pf, compared, b.upper, b.lower, search)
+    if output is not None:
+        write_priority_file(pf, output, fmt)  # atomic; an unwritable path is an OutputError (exit 2)
+    return report

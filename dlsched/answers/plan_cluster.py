@@ -11,10 +11,11 @@ formulas are in :mod:`dlsched.planning.cluster`.
 
 Examples
 --------
->>> plan = plan_cluster(overhead_ratio=0.1, target_speedup=3)
+>>> plan = plan_cluster(ModelSpec(None), OracleSpec(None), Scaling(overhead_ratio=0.1, target_speedup=3))
 >>> plan.devices, len(plan.table), plan.parameter_servers is None
 (4, 8, True)
->>> plan_cluster(param_bytes=180e6, workers=4, bandwidth=10e9 / 8, compute_time=0.5).parameter_servers
+>>> servers = Servers(param_bytes=180e6, workers=4, bandwidth=10e9 / 8, compute_time=0.5)
+>>> plan_cluster(ModelSpec(None), OracleSpec(None), servers=servers).parameter_servers
 3
 """
 from __future__ import annotations
@@ -23,8 +24,9 @@ from dataclasses import dataclass, field
 
 from dlsched import limits
 from dlsched.errors import DlschedError
+from dlsched.planning import cluster
 
-from . import cluster
+from .options import ModelSpec, OracleSpec, load_timed_model
 
 DEFAULT_ROWS = 8  # rows of the scaling table when no target asks for more
 
@@ -129,35 +131,60 @@ def _check_inputs(overhead_ratio, target_speedup, max_devices, server_args: dict
     return bool(given), bool(inverse)
 
 
-def plan_cluster(overhead_ratio: float | None = None, target_speedup: float | None = None,
-                 max_devices: int | None = None, param_bytes: float | None = None, workers: int | None = None,
-                 bandwidth: float | None = None, compute_time: float | None = None,
-                 max_work: int | None = None, devices: int | None = None, target_efficiency: float | None = None,
-                 graph=None, times=None, algo: str = "tac", trace: str | None = None) -> ClusterPlan:
+@dataclass(frozen=True)
+class Scaling:
+    """Lemma 3.1's question: efficiency and speedup by device count.
+
+    Attributes
+    ----------
+    overhead_ratio : float, optional
+        ``R_O`` (a model with its oracle supplies it otherwise).
+    target_speedup : float, optional
+        Speedup wanted over one device.
+    max_devices : int, optional
+        Rows of the scaling table; by default :data:`DEFAULT_ROWS`, or down to the
+        target's row when that fits the work budget.
+    devices, target_efficiency : optional
+        Lemma 3.1 inverted: the largest ``R_O`` at which ``devices`` keep ``target_efficiency``.
+    """
+
+    overhead_ratio: float | None = None
+    target_speedup: float | None = None
+    max_devices: int | None = None
+    devices: int | None = None
+    target_efficiency: float | None = None
+
+
+@dataclass(frozen=True)
+class Servers:
+    """Lemma 3.2's inputs: ``S_p`` (``param_bytes``), ``N_w`` (``workers``), ``B_ps`` (``bandwidth``, bytes/s)
+    and ``T_C`` (``compute_time``, s); a model with its oracle supplies ``S_p`` and ``T_C``."""
+
+    param_bytes: float | None = None
+    workers: int | None = None
+    bandwidth: float | None = None
+    compute_time: float | None = None
+
+
+def plan_cluster(model: ModelSpec, oracle: OracleSpec, scaling: Scaling = Scaling(), servers: Servers = Servers(),
+                 algo: str = "tac", trace: str | None = None, max_work: int | None = None) -> ClusterPlan:
     """Answer Lemma 3.1, its inverse and/or Lemma 3.2 from the inputs given or read off a model.
 
     Parameters
     ----------
-    overhead_ratio : float, optional
-        Lemma 3.1's ``R_O``.
-    target_speedup : float, optional
-        Speedup wanted over one device (Lemma 3.1).
-    max_devices : int, optional
-        Rows of the scaling table; by default :data:`DEFAULT_ROWS`, or down to the
-        target's row when that fits the work budget.
-    param_bytes, workers, bandwidth, compute_time : optional
-        Lemma 3.2's ``S_p`` (bytes), ``N_w``, ``B_ps`` (bytes/s) and ``T_C`` (s).
-    max_work : int, optional
-        Overrides :data:`dlsched.limits.CLUSTER_TABLE`.
-    devices, target_efficiency : optional
-        Lemma 3.1 inverted: the largest ``R_O`` at which ``devices`` keep ``target_efficiency``.
-    graph, times : optional
-        A model and its time oracle: they supply ``R_O``, ``S_p`` and ``T_C``
-        unless given, and the servers' balance when it has several.
+    model, oracle : ModelSpec, OracleSpec
+        A model and its time oracle, or neither: they supply ``R_O``, ``S_p`` and
+        ``T_C`` unless given, and the servers' balance when it has several.
+    scaling : Scaling
+        Lemma 3.1 and its inverse.
+    servers : Servers
+        Lemma 3.2.
     algo : str
         The order of the simulated iteration behind the model's ``R_O``.
     trace : str, optional
         A measured Chrome trace whose span is the iteration behind ``R_O``.
+    max_work : int, optional
+        Overrides :data:`dlsched.limits.CLUSTER_TABLE`.
 
     Raises
     ------
@@ -168,16 +195,24 @@ def plan_cluster(overhead_ratio: float | None = None, target_speedup: float | No
 
     Examples
     --------
-    >>> plan_cluster(overhead_ratio=0.1, max_devices=2).table.devices.tolist()
+    >>> plan = plan_cluster(ModelSpec(None), OracleSpec(None), Scaling(overhead_ratio=0.1, max_devices=2))
+    >>> plan.table.devices.tolist()
     [1, 2]
-    >>> round(plan_cluster(devices=4, target_efficiency=0.8).inverse["overhead_ratio"], 4)
+    >>> scaling = Scaling(devices=4, target_efficiency=0.8)
+    >>> round(plan_cluster(ModelSpec(None), OracleSpec(None), scaling).inverse["overhead_ratio"], 4)
     0.0909
     """
+    overhead_ratio, target_speedup, max_devices, devices, target_efficiency = (
+        scaling.overhead_ratio, scaling.target_speedup, scaling.max_devices, scaling.devices, scaling.target_efficiency)
+    param_bytes, workers, bandwidth, compute_time = (servers.param_bytes, servers.workers, servers.bandwidth,
+                                                     servers.compute_time)
     sources: dict = {}
     inputs = balance = None
-    if graph is not None:
-        from .cluster_inputs import lemma_inputs
-        from .server_balance import server_balance
+    if model.given:
+        from dlsched.planning.cluster_inputs import lemma_inputs
+        from dlsched.planning.server_balance import server_balance
+
+        graph, times = load_timed_model(model, oracle)
 
         measured = None
         if trace is not None:

@@ -11,7 +11,7 @@ Examples
 --------
 >>> from dlsched.synthetic import random_dag
 >>> g, t = random_dag(20, 5, training=True, seed=3)
->>> r = bounds_report(g, t, makespan=0.5)
+>>> r = bounds(ModelSpec.of(g), OracleSpec.of(t), makespan=0.5)
 >>> sorted(k for k in r.figures if k in ("upper", "lower", "efficiency", "model_error"))
 ['efficiency', 'lower', 'model_error', 'upper']
 """
@@ -19,14 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
-from dlsched.dag import Graph
+from .options import ModelSpec, OracleSpec, load_timed_model
 
 
 @dataclass(frozen=True)
 class BoundsReport:
-    """What :func:`bounds_report` answers.
+    """What :func:`bounds` answers.
 
     Attributes
     ----------
@@ -50,16 +49,14 @@ class BoundsReport:
     trace: object = None
 
 
-def bounds_report(graph: Graph | None = None, times: Mapping[str, float] | None = None,
-                  makespan: float | None = None, trace: str | Path | None = None) -> BoundsReport:
-    """Bounds of ``graph`` under ``times``, the ``makespan`` (or ``trace``'s span) rated, ``trace`` rated per worker.
+def bounds(model: ModelSpec, oracle: OracleSpec, makespan: float | None = None,
+           trace: str | Path | None = None) -> BoundsReport:
+    """Bounds of ``model`` under ``oracle``, the ``makespan`` (or ``trace``'s span) rated, ``trace`` rated per worker.
 
     Parameters
     ----------
-    graph : Graph, optional
-        With ``times``; without a model only ``trace`` is rated.
-    times : mapping, optional
-        Op name → seconds for every op.
+    model, oracle : ModelSpec, OracleSpec
+        Both given, or (to rate ``trace`` alone) neither.
     makespan : float, optional
         A measured iteration time in seconds.
     trace : str or Path, optional
@@ -73,15 +70,17 @@ def bounds_report(graph: Graph | None = None, times: Mapping[str, float] | None 
     TraceError
         An unreadable trace, or (without a model) one not in dlsched's schema.
     """
-    from .multiworker_bounds import rate_trace
+    from dlsched.analyses.multiworker_bounds import rate_trace
 
     figures: dict = {}
-    b = rating = dep_rating = rated = None
-    if graph is not None:
-        from .bounds import bounds, rate_makespan, trace_makespan
-        from .dependency_bound import dependency_bound
+    graph = times = b = rating = dep_rating = rated = None
+    if model.given:
+        from dlsched.analyses.bounds import bounds as model_bounds
+        from dlsched.analyses.bounds import rate_makespan, trace_makespan
+        from dlsched.analyses.dependency_bound import dependency_bound
 
-        b, dep = bounds(graph, times), dependency_bound(graph, times)
+        graph, times = load_timed_model(model, oracle)
+        b, dep = model_bounds(graph, times), dependency_bound(graph, times)
         if trace is not None:
             makespan = trace_makespan(trace)
         figures = {"model": graph.name, "mode": graph.mode, "upper": b.upper, "lower": b.lower,
