@@ -60,8 +60,7 @@ def compute_order(graph: Graph, algo: str, times: Mapping[str, float] | None = N
     algo = algo.lower()
     if algo not in ALGORITHMS:
         raise DlschedError(f"unknown ordering algorithm {algo!r}; choose one of {', '.join(ALGORITHMS)}")
-    if algo in NEEDS_TIMES and times is None:
-        raise DlschedError(f"--algo {algo} needs a time oracle (--oracle); only tic, topo and random work without one")
+    check_times_given(algo, times is not None)
     if algo == "tic":
         from .tic import tic_order
         return tic_order(graph)
@@ -74,6 +73,19 @@ def compute_order(graph: Graph, algo: str, times: Mapping[str, float] | None = N
         return first_use_order(graph)
     from .exact import exact_order
     return dict(exact_order(graph, times, time_limit=time_limit, max_work=max_work, progress=progress).priorities)
+
+
+def check_times_given(algo: str, given: bool) -> None:
+    """Refuse an order that needs times (``tac``, ``exact``) without them: the one message for it.
+
+    >>> check_times_given("tac", False)
+    Traceback (most recent call last):
+    ...
+    dlsched.errors.DlschedError: --algo tac needs a time oracle: pass --oracle oracle.csv (make one with dlsched profile), or use --algo tic, topo or random, which need only the graph
+    """
+    if algo in NEEDS_TIMES and not given:
+        raise DlschedError(f"--algo {algo} needs a time oracle: pass --oracle oracle.csv (make one with "
+                           "dlsched profile), or use --algo tic, topo or random, which need only the graph")
 
 
 def random_order(graph: Graph, seed: int = 0) -> dict[str, int]:

@@ -99,15 +99,12 @@ def order(model: ModelSpec, oracle: OracleSpec, choice: OrderChoice, output: str
     """
     from dlsched.analyses.bounds import bounds
     from dlsched.analyses.compare import compare_orders, exact_search, order_priorities
-    from dlsched.analyses.orders import NEEDS_TIMES, UNORDERED
-    from dlsched.errors import DlschedError
+    from dlsched.analyses.orders import UNORDERED, check_times_given
     from dlsched.formats.oracle_file import oracle_hash
     from dlsched.formats.priority_file import make_priority_file, write_priority_file
 
     algo, seed = choice.algo, choice.seed
-    if algo in NEEDS_TIMES and not oracle.given:
-        raise DlschedError(f"--algo {algo} needs a time oracle: pass --oracle oracle.csv (make one with "
-                           "dlsched profile), or use --algo tic, which needs only the graph")
+    check_times_given(algo, oracle.given)  # before the model loads
     graph, times = load_timed_model(model, oracle) if oracle.given else (model.load(), None)
     search = exact_search(graph, times, choice.time_limit, max_work, reporter) if algo == "exact" else None
     priorities = dict(search.priorities) if search is not None else order_priorities(graph, algo, times, seed)

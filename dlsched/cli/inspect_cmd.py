@@ -37,6 +37,10 @@ def inspect(model, save, as_json):
             ("fingerprint", summary["fingerprint"])]
     if summary["capture"]:
         rows.append(("captured with", summary["capture"]))
+    if "exporter_folded" in summary:  # the figures are for the model the exporter optimised
+        folded = summary["exporter_folded"]
+        rows.append(("folded by the exporter", f"{folded['parameters']:,} parameters ("
+                     + ", ".join(f"{rule} ×{n}" for rule, n in folded["rules"].items()) + ")"))
     t = key_value_table(f"{graph.name} ({graph.mode})", rows)
     console.print(t)
     types = Table(title="compute ops by type", title_justify="left")
