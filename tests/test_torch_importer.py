@@ -47,7 +47,7 @@ def test_parameter_totals_match_named_parameters(name):
 
 
 def test_cli_inspect_vgg16_parameter_totals():
-    from cli.common import fmt_bytes
+    from dlsched.cli.common import fmt_bytes
 
     proc = run_cli("inspect", SPECS["vgg16"], "--batch", "1", "--json")
     assert proc.returncode == 0, proc.stderr
