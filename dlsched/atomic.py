@@ -63,6 +63,28 @@ def _temp_renamed_onto(path: Path, suffix: str) -> Iterator[Path]:
                 os.unlink(tmp)
 
 
+def check_writable(path: str | os.PathLike | None) -> None:
+    """Refuse, before any long work, an output that could not be written: a temp file is made beside it, then removed.
+
+    A run of minutes that fails only when it writes its result has wasted
+    those minutes; the same :class:`~dlsched.errors.OutputError` comes at once.
+
+    Examples
+    --------
+    >>> check_writable("/proc/version/out.png")
+    Traceback (most recent call last):
+    ...
+    dlsched.errors.OutputError: /proc/version/out.png: cannot write the output (...)
+    """
+    if path is None:
+        return
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+    try:
+        os.unlink(_temp_beside(Path(path), ".check"))
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
 @contextlib.contextmanager
 def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
     """Open ``path`` for writing; it only appears, complete, when the block succeeds.

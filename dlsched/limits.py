@@ -91,6 +91,18 @@ CLUSTER_TABLE = Budget("table rows", 5_000, "--max-devices or --target-speedup")
 CLUSTER = Budget("real iterations", 2_000, "--iterations, --warmup or --orders")
 
 
+#: Real jobs (``train-ps``, ``train-allreduce``): local rank processes at once. Each is a Python process
+#: with torch loaded (~300 MB) on this machine's cores; far more exhaust process slots or memory before
+#: the job runs, and they start one after another (the tests run 2 to 8).
+RANKS = Budget("rank processes", 64, "--processes, or --workers and --servers")
+#: Real jobs: one step of one rank is a rank-step, 5-100 ms on the examples, so 200,000 are up to an hour
+#: or two on 2 cores (``benchmarks/bench_eager_real.py``: 8 ranks × 3 collectives × ≤ 300 steps).
+REAL_STEPS = Budget("rank-steps", 200_000, "--iterations, --processes / --workers or --collective")
+#: ``replay-batch``: one worker's step under one policy is a worker-step; the replay keeps a row of each
+#: (~1 kB), so 10 M are about 10 GB at most and a few minutes (``make demo``: 4 × 300 × 4 = 4,800).
+REPLAY = Budget("replayed worker-steps", 10_000_000, "--iterations, --workers or --policy")
+
+
 @dataclass(frozen=True)
 class Work:
     """An estimate of work: the amount, how it was computed, and whether it is only a lower bound."""
@@ -118,7 +130,8 @@ def _at_least(x: int) -> str:
     return f"{digits[0]}.{digits[1:]}e{exp + len(digits) - 1}"
 
 
-def _plural(n: int, word: str) -> str:
+def plural(n: int, word: str) -> str:
+    """``1 worker``, ``10,000 workers``."""
     return f"{_n(n)} {word}{'' if n == 1 else 's'}"
 
 
@@ -136,8 +149,8 @@ def simulate_work(ops: int | None, workers: int, iterations: int, runs: int = 1)
     per_row = (ops if ops is not None else 1) + ROW_COST_OPS
     what = f"{_n(ops)} ops" if ops is not None else "the model's ops"
     return Work(workers * iterations * per_row * runs,
-                f"{_plural(workers, 'worker')} × {_plural(iterations, 'iteration')} × "
-                f"({what} + {ROW_COST_OPS} per worker-iteration) × {_plural(runs, 'run')}",
+                f"{plural(workers, 'worker')} × {plural(iterations, 'iteration')} × "
+                f"({what} + {ROW_COST_OPS} per worker-iteration) × {plural(runs, 'run')}",
                 at_least=ops is None)
 
 
@@ -159,8 +172,38 @@ def cluster_work(orders: int, iterations: int, warmup: int) -> Work:
     132
     """
     return Work((orders + 2) * (iterations + warmup),
-                f"({_plural(orders, 'order')} + 2 calibration slots) × ({_n(iterations)} measured + {_n(warmup)} "
+                f"({plural(orders, 'order')} + 2 calibration slots) × ({_n(iterations)} measured + {_n(warmup)} "
                 "warm-up rounds)")
+
+
+def ranks_work(ranks: int, what: str = "rank processes") -> Work:
+    """Processes a real job starts at once (:data:`RANKS`).
+
+    >>> ranks_work(10_000, "10,000 workers + 1 server").amount
+    10000
+    """
+    return Work(ranks, what)
+
+
+def real_steps_work(ranks: int, iterations: int, jobs: int = 1) -> Work:
+    """Rank-steps of ``jobs`` real jobs of ``ranks`` processes running ``iterations`` steps (:data:`REAL_STEPS`).
+
+    >>> real_steps_work(4, 50, 3).amount
+    600
+    """
+    return Work(ranks * iterations * jobs,
+                f"{plural(ranks, 'rank')} × {plural(iterations, 'iteration')} × {plural(jobs, 'job')}")
+
+
+def replay_work(workers: int, iterations: int, policies: int) -> Work:
+    """Worker-steps of a replay (:data:`REPLAY`).
+
+    >>> replay_work(4, 300, 4).amount
+    4800
+    """
+    return Work(workers * iterations * policies,
+                f"{plural(workers, 'worker')} × {plural(iterations, 'iteration')} × {_n(policies)} "
+                f"{'policy' if policies == 1 else 'policies'}")
 
 
 def exact_work(channels: Iterable[Sequence]) -> Work:
@@ -194,7 +237,7 @@ def exact_work(channels: Iterable[Sequence]) -> Work:
 def batch_search_work(caps: Sequence[int], global_batch: int) -> Work:
     """Curve values the exact batch split evaluates (:data:`PLAN_BATCH`): ``Σ_i (min(cap_i, X) + 1)``."""
     return Work(sum(min(int(c), global_batch) + 1 for c in caps),
-                f"{_plural(len(caps), 'worker')} × up to {_n(global_batch)} samples each")
+                f"{plural(len(caps), 'worker')} × up to {_n(global_batch)} samples each")
 
 
 def table_work(rows: int) -> Work:

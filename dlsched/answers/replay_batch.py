@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from dlsched import limits
+from dlsched.atomic import check_writable
 from dlsched.errors import DlschedError
 from dlsched.planning.online_batch_sim import (DEFAULT_POLICIES, OnlineSimResult, read_trace, scenario_trace,
                                                simulate_policies)
@@ -36,7 +38,8 @@ class SpeedSource:
 
 
 def replay_batch(source: SpeedSource, policies: Sequence[str] = DEFAULT_POLICIES, global_batch: int | None = None,
-                 caps: Sequence[int] | None = None, plot: str | None = None) -> OnlineSimResult:
+                 caps: Sequence[int] | None = None, plot: str | None = None,
+                 max_work: int | None = None) -> OnlineSimResult:
     """Build the trace of ``source`` and run the ``policies`` over it; with ``plot``, write a PNG there.
 
     Defaults: the ``step`` scenario; 4 workers (32 for ``table3``); 300 iterations (400 for ``fig8``, 2,000 for
@@ -45,7 +48,8 @@ def replay_batch(source: SpeedSource, policies: Sequence[str] = DEFAULT_POLICIES
     Raises
     ------
     DlschedError
-        Both or a bad trace, ``workers`` that disagree with the trace file, a bad policy or global batch.
+        Both or a bad trace, ``workers`` that disagree with the trace file, a bad policy or global batch,
+        more worker-steps than ``max_work`` (default :data:`dlsched.limits.REPLAY`), before the trace is built.
     """
     scenario, trace_path, workers, iterations, seed = (source.scenario, source.trace, source.workers,
                                                        source.iterations, source.seed)
@@ -61,7 +65,12 @@ def replay_batch(source: SpeedSource, policies: Sequence[str] = DEFAULT_POLICIES
         scenario = scenario or "step"
         n = workers or (32 if scenario == "table3" else 4)
         k = iterations or {"fig8": 400, "table3": 2000}.get(scenario, 300)
+        limits.check_work(limits.replay_work(n, k, len(policies)), limits.REPLAY, "replay-batch", max_work)
         trace = scenario_trace(scenario, n, k, seed=seed, noise=source.noise)
+    if trace_path is not None:
+        limits.check_work(limits.replay_work(trace.workers, trace.iterations, len(policies)), limits.REPLAY,
+                          "replay-batch", max_work)
+    check_writable(plot)
     if global_batch is None:
         global_batch = 128 if trace.name == "fig8" else 32 * trace.workers
     result = simulate_policies(trace, list(policies), global_batch, caps=caps, seed=seed)

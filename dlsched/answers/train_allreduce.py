@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from dlsched import limits
 from dlsched.jobs.eager_sgd import compare_collectives
 
 
@@ -54,7 +55,7 @@ class Regression:
 
 
 def train_allreduce(collectives: Sequence[str], run: Run = Run(), load: Load = Load(),
-                    regression: Regression = Regression()) -> dict:
+                    regression: Regression = Regression(), max_work: int | None = None) -> dict:
     """One real job per collective (``ddp``, ``solo``, ``majority``, ``full``), under the same imbalance.
 
     Returns
@@ -68,9 +69,16 @@ def train_allreduce(collectives: Sequence[str], run: Run = Run(), load: Load = L
     ------
     EagerConfigError
         An unknown or repeated collective, a bad setting or imbalance spec.
+    WorkLimitError
+        More processes or rank-steps than ``max_work`` (default
+        :data:`dlsched.limits.RANKS`, :data:`~dlsched.limits.REAL_STEPS`), before any process starts.
     EagerTrainingError
         A job failed.
     """
+    limits.check_work(limits.ranks_work(run.processes, f"{run.processes:,} processes"), limits.RANKS,
+                      "train-allreduce", max_work)
+    limits.check_work(limits.real_steps_work(run.processes, run.iterations, len(collectives)), limits.REAL_STEPS,
+                      "train-allreduce", max_work)
     return compare_collectives(list(collectives), run.processes, run.iterations, imbalance=load.imbalance,
                                step_pad=load.step_pad, seed=run.seed, dim=regression.dim, batch=regression.batch,
                                lr=regression.lr, model_sync_every=regression.model_sync_every,

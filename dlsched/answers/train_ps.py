@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dlsched import limits
+from dlsched.atomic import check_writable
 from dlsched.formats.batch_plot import plot_batches
 from dlsched.jobs.policy_run import frames, train_with_policy
 
@@ -52,7 +54,7 @@ class Training:
 
 
 def train_ps(model: str, cluster: Cluster = Cluster(), batching: Batching = Batching(),
-             training: Training = Training(), plot: str | None = None) -> dict:
+             training: Training = Training(), plot: str | None = None, max_work: int | None = None) -> dict:
     """Train ``model`` (a factory, ``examples/torch_models.py:small_cnn``) for real, its batches split by ``batching``.
 
     Returns
@@ -65,9 +67,17 @@ def train_ps(model: str, cluster: Cluster = Cluster(), batching: Batching = Batc
     Raises
     ------
     DlschedError
-        Bad settings (before anything starts), no cgroups here while quotas
-        are given, or the job failed.
+        Bad settings, more ranks or rank-steps than ``max_work`` (default
+        :data:`dlsched.limits.RANKS`, :data:`~dlsched.limits.REAL_STEPS`) or a
+        plot that cannot be written (all before anything starts), no cgroups
+        here while quotas are given, or the job failed.
     """
+    ranks = cluster.workers + cluster.servers
+    limits.check_work(limits.ranks_work(ranks, f"{limits.plural(cluster.workers, 'worker')} + "
+                                                 f"{limits.plural(cluster.servers, 'server')}"),
+                      limits.RANKS, "train-ps", max_work)
+    limits.check_work(limits.real_steps_work(ranks, training.iterations), limits.REAL_STEPS, "train-ps", max_work)
+    check_writable(plot)  # before any process starts, not after the run
     quotas = list(cluster.quotas) if cluster.quotas is not None else None
     out = train_with_policy(model, workers=cluster.workers, servers=cluster.servers,
                             global_batch=batching.global_batch, policy=batching.batch_policy,

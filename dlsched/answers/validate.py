@@ -24,6 +24,7 @@ from typing import Callable
 from dlsched.analyses.links import DEFAULT_SHARING
 from dlsched.analyses.multiworker_bounds import multiworker_bounds, rate, rate_ops
 from dlsched.analyses.validate import add_throughput_ratios, compare_order, fit_line, iteration_stats
+from dlsched.atomic import check_writable
 from dlsched.errors import DlschedError
 from dlsched.formats.chrome_trace import write_chrome_trace
 from dlsched.formats.validate_plot import write_validate_plot
@@ -98,6 +99,8 @@ def validate(workload: Workload, cluster: Cluster = Cluster(), schedule: Schedul
         model that is not a PyTorch factory, a failed measurement or rank, or
         a file that cannot be written.
     """
+    check_writable(Path(outputs.trace_out) / "validate.trace.json" if outputs.trace_out else None)
+    check_writable(outputs.plot)  # before any process starts, not after the run
     v = run_validation(workload.model, workers=cluster.workers, servers=cluster.servers, rate=cluster.rate,
                        mode=workload.mode, orders=schedule.orders, iterations=schedule.iterations,
                        warmup=schedule.warmup, batch=workload.batch, threads=cluster.threads, network=cluster.network,

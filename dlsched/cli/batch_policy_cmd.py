@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import click
 
+from dlsched import limits
 from dlsched.units import parse_list
 
-from .common import NONNEG_FLOAT, POSITIVE_INT, SEED, console, emit_json, fmt_seconds, gather
+from .common import NONNEG_FLOAT, POSITIVE_INT, SEED, console, emit_json, fmt_seconds, gather, max_work_option
 
 
 def _source(**options):
@@ -38,9 +39,10 @@ def _pct(gap):
 @click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="PNG of batch sizes and times over iterations, one line per worker.")
+@max_work_option(limits.REPLAY)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 @gather("source", _source, ("scenario", "trace", "workers", "iterations", "noise", "seed"))
-def replay_batch(source, policies, global_batch, caps, plot_path, as_json):
+def replay_batch(source, policies, global_batch, caps, plot_path, max_work, as_json):
     """Replay per-worker speeds against batch-size policies (LB-BSP, paper 002).
 
     Each iteration a policy turns the last per-worker batches, busy times and
@@ -53,7 +55,7 @@ def replay_batch(source, policies, global_batch, caps, plot_path, as_json):
     from dlsched.planning.online_batch_sim import DEFAULT_POLICIES
 
     res = replay(source, policies or DEFAULT_POLICIES, global_batch,
-                 parse_list(caps, int, "--caps", "whole numbers, e.g. 96,64,64,32"), plot_path)
+                 parse_list(caps, int, "--caps", "whole numbers, e.g. 96,64,64,32"), plot_path, max_work)
     if as_json:
         emit_json(res.to_dict() | ({"plot": plot_path} if plot_path else {}))
         return

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import click
 
+from dlsched import limits
 from dlsched.answers import train_allreduce as answer
 
-from .common import DURATION, NONNEG_INT, POSITIVE_DURATION, POSITIVE_FLOAT, POSITIVE_INT, SEED, emit_json, gather
+from .common import (DURATION, NONNEG_INT, POSITIVE_DURATION, POSITIVE_FLOAT, POSITIVE_INT, SEED, emit_json, gather,
+                     max_work_option)
 from .train_allreduce_views import render
 
 
@@ -31,11 +33,12 @@ from .train_allreduce_views import render
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Seeds data, imbalance and initiators.")
 @click.option("--timeout", type=POSITIVE_DURATION, default=30.0,
               help="Longest any single wait may take; a dead or stalled process ends the job [default: 30s].")
+@max_work_option(limits.RANKS, limits.REAL_STEPS)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 @gather("run", answer.Run, ("processes", "iterations", "seed", "timeout"))
 @gather("load", answer.Load, ("imbalance", "step_pad", "barrier"))
 @gather("regression", answer.Regression, ("dim", "batch", "lr", "model_sync_every"))
-def train_allreduce(collective, run, load, regression, as_json):
+def train_allreduce(collective, run, load, regression, max_work, as_json):
     """Train a hyperplane regression (eager-SGD §7.2.1) for real on PROCESSES local gloo processes.
 
     Each collective runs as its own job: `ddp` is torch's DistributedDataParallel
@@ -47,7 +50,7 @@ def train_allreduce(collective, run, load, regression, as_json):
     Compare with `dlsched simulate --step-time E --imbalance ... --compare
     allreduce,solo,majority`.
     """
-    out = answer.train_allreduce([c.strip() for c in collective.split(",")], run, load, regression)
+    out = answer.train_allreduce([c.strip() for c in collective.split(",")], run, load, regression, max_work)
     if as_json:
         emit_json(out)
         return

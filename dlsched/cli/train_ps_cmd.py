@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import click
 
+from dlsched import limits
 from dlsched.answers import train_ps as answer
 from dlsched.units import parse_list
 
-from .common import POSITIVE_DURATION, POSITIVE_FLOAT, POSITIVE_INT, SEED, console, emit_json, gather
+from .common import (POSITIVE_DURATION, POSITIVE_FLOAT, POSITIVE_INT, SEED, console, emit_json, gather,
+                     max_work_option)
 from .train_ps_views import history_table, phase_table
 
 
@@ -43,11 +45,12 @@ def _cluster(workers: int, servers: int, cpu_quota: str | None, swaps: tuple[str
               help="Show every N-th iteration in the table [default: about 20 rows].")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="Write a PNG of each worker's batch size and busy time, and the iteration time, over iterations.")
+@max_work_option(limits.RANKS, limits.REAL_STEPS)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 @gather("cluster", _cluster, ("workers", "servers", "cpu_quota", "swaps"))
 @gather("batching", answer.Batching, ("global_batch", "batch_policy", "predictor"))
 @gather("training", answer.Training, ("iterations", "lr", "seed", "timeout"))
-def train_ps(model, cluster, batching, training, every, plot_path, as_json):
+def train_ps(model, cluster, batching, training, every, plot_path, max_work, as_json):
     """Train MODEL (a factory, e.g. examples/torch_models.py:small_cnn) for real on a local parameter-server job.
 
     Server 0's batch-size manager re-splits the global batch every iteration
@@ -57,7 +60,7 @@ def train_ps(model, cluster, batching, training, every, plot_path, as_json):
     With --cpu-quota each worker runs in a cgroup of its own limited to that
     share of a core, removed afterwards.
     """
-    out = answer.train_ps(model, cluster, batching, training, plot=plot_path)
+    out = answer.train_ps(model, cluster, batching, training, plot=plot_path, max_work=max_work)
     if as_json:
         emit_json(out)
         return

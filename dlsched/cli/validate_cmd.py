@@ -40,7 +40,7 @@ def _names(text: str) -> tuple[str, ...]:
               help="Folder for each order's measured Chrome trace (ORDER.trace.json; dlsched bounds --trace).")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
               help="PNG of predicted against measured, with the replayed-order fit (TicTac Fig. 12a).")
-@max_work_option(limits.CLUSTER)
+@max_work_option(limits.CLUSTER, limits.RANKS)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 @gather("workload", answer.Workload, ("model", "mode", "batch"))
 @gather("cluster", answer.Cluster, ("workers", "servers", "rate", "network", "threads"))

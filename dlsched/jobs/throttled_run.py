@@ -19,7 +19,6 @@ import contextlib
 import dataclasses
 import os
 import shutil
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from dataclasses import dataclass, field
 from dlsched.errors import DlschedError
 from dlsched.runtime.batch_manager import read_progress
 from dlsched.runtime.cgroups import CpuCgroup
+from dlsched.runtime.launcher import job_directory
 
 
 @dataclass
@@ -116,7 +116,7 @@ def train_throttled(cfg, shares: list, changes: list[QuotaChange] = (), timeout:
         problems.append(f"a quota change at iteration {late[0]} never happens in {cfg.iterations} iterations")
     if problems:
         raise DlschedError("invalid throttled run: " + "; ".join(problems))
-    tmp = tempfile.mkdtemp(prefix="dlsched-quota-")
+    tmp = job_directory("dlsched-quota-")
     stop, applied = threading.Event(), []
     with contextlib.ExitStack() as stack:
         stack.callback(shutil.rmtree, tmp, True)

@@ -249,6 +249,9 @@ def run_validation(model: str, *, workers: int = 2, servers: int = 1, rate: str 
         raise DlschedError(f"--warmup must be a whole number ≥ 0, got {warmup!r}")
     check_settings(workers=workers, servers=servers, iterations=iterations, batch=batch, threads=threads,
                    mode=mode, seed=seed)
+    limits.check_work(limits.ranks_work(workers + servers, f"{limits.plural(workers, 'worker')} + "
+                                                           f"{limits.plural(servers, 'server')}"),
+                      limits.RANKS, "validate", max_work)
     limits.check_work(limits.cluster_work(len(orders), iterations, warmup), limits.CLUSTER, "validate", max_work)
     if rate not in (None, "auto"):
         netns.tc_rate_bytes(rate)

@@ -25,11 +25,14 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import time
 import uuid
 from pathlib import Path
 
 from dlsched.errors import DlschedError
+
+from .lifetime import left_by_the_dead
 
 #: where the cgroup v1 ``cpu`` controller is mounted
 CPU_ROOT = Path("/sys/fs/cgroup/cpu")
@@ -116,6 +119,31 @@ def memory_fraction(pid: int | str = "self") -> float:
         return 0.0
 
 
+# A cgroup of ours: dlsched…-<owner pid>-<8 hex digits> (CpuCgroup's own naming, the name starting dlsched).
+OURS = re.compile(r"dlsched[\w.-]*-(?P<pid>\d+)-[0-9a-f]{8}")
+
+
+def sweep(root: Path = CPU_ROOT) -> list[str]:
+    """Remove the cgroups of ours whose owner is dead (a SIGKILLed run never removed them); return their names.
+
+    Their tasks went with the run, so each is empty and ``rmdir`` takes it; one that still holds a task is
+    left alone.
+    """
+    gone = []
+    try:
+        entries = [p for p in root.iterdir() if p.is_dir()]
+    except OSError:
+        return gone
+    for path in entries:
+        if left_by_the_dead(path.name, OURS):
+            try:
+                path.rmdir()
+                gone.append(path.name)
+            except OSError:
+                pass
+    return gone
+
+
 class CpuCgroup:
     """A ``cpu`` cgroup of our own, limited to ``share`` of one core; a context manager that removes it.
 
@@ -124,7 +152,8 @@ class CpuCgroup:
     share : float or None
         Cores the cgroup's tasks may use (0.125 = 12.5% of one core); ``None``: no limit.
     name : str, optional
-        Start of the directory's name; a unique suffix is added.
+        Start of the directory's name, ``dlsched…`` (what :func:`sweep` looks for); a suffix of the
+        owner's pid and a unique part is added.
     root : Path
         Mount point of the ``cpu`` controller.
     period_us : int
@@ -142,6 +171,7 @@ class CpuCgroup:
         if why:
             raise CgroupError(f"cannot create a cpu cgroup: {why}")
         self.root, self.period_us = root, period_us
+        sweep(root)  # what runs killed by SIGKILL left
         self.path = root / f"{name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         try:
             self.path.mkdir()

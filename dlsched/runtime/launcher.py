@@ -25,6 +25,7 @@ import json
 import math
 import numbers
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -37,7 +38,7 @@ from typing import Callable
 
 from dlsched.errors import DlschedError
 
-from .lifetime import children_die_with_launcher, end_children, watch_launcher
+from .lifetime import children_die_with_launcher, end_children, left_by_the_dead, watch_launcher
 
 
 class LaunchRefused(DlschedError):
@@ -153,7 +154,7 @@ def launch_ranks(entry: str, config: dict, world: int, *, job_timeout: float, gr
     if problems:
         raise refused(f"invalid {kind} configuration: " + "; ".join(problems))
     try:
-        tmp = tempfile.mkdtemp(prefix=prefix, dir=workdir)
+        tmp = job_directory(prefix, workdir)
     except OSError as e:
         raise refused(f"{workdir or tempfile.gettempdir()}: cannot create the job directory there "
                       f"({e.strerror or e})") from None
@@ -171,6 +172,26 @@ def launch_ranks(entry: str, config: dict, world: int, *, job_timeout: float, gr
                 shutil.rmtree(tmp, ignore_errors=True)
     job.workdir = tmp if keep else None
     return job
+
+
+def job_directory(prefix: str, workdir: str | None = None) -> str:
+    """A new job directory ``PREFIX<pid>-…`` in ``workdir`` (default: the temp folder), named after this
+    process; first, those that launchers killed by SIGKILL left there go.
+
+    Raises
+    ------
+    OSError
+        The directory cannot be made.
+    """
+    folder = Path(workdir or tempfile.gettempdir())
+    pattern = re.compile(re.escape(prefix) + r"(?P<pid>\d+)-\w+")
+    try:
+        left = [p for p in folder.iterdir() if p.is_dir() and left_by_the_dead(p.name, pattern)]
+    except OSError:
+        left = []
+    for p in left:
+        shutil.rmtree(p, ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=workdir)
 
 
 def _run_job(entry, config, world, tmp, procs, limit, grace, on_start, prefixes, env, init_method, kind,

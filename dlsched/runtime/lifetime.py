@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import sys
 import threading
@@ -226,3 +227,24 @@ def children_die_with_launcher(procs: list):
     finally:
         for sig, prev in previous.items():
             signal.signal(sig, prev)
+
+
+def left_by_the_dead(name: str, pattern: re.Pattern) -> bool:
+    """Whether ``name`` (a namespace, cgroup or folder named with the pid of the process that made it, in
+    ``pattern``'s group ``pid``) was left by a process that no longer runs: a launcher killed by SIGKILL
+    cleans nothing up, so the next run removes what it left, and only that.
+
+    >>> left_by_the_dead(f"dls{os.getpid()}_hub", re.compile(r"dls(?P<pid>\d+)_\w+")), left_by_the_dead("x", re.compile("y"))
+    (False, False)
+    """
+    m = pattern.fullmatch(name)
+    if not m:
+        return False
+    try:
+        os.kill(int(m["pid"]), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):
+        return False
+    return False
+
