@@ -24,7 +24,7 @@ demo: $(STAMP)
 # The layers contract, the regression gate on the example models and the docs build run first,
 # so pytest's summary is the last line.
 test: $(STAMP) layers gate docs
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25
 
 # The import-linter contract in pyproject.toml: the layers only point down.
 layers: $(STAMP)
