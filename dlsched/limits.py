@@ -14,7 +14,7 @@ from its options, *before* it loads or allocates anything big, and calls
 (exit 2) that names the estimate, the limit, the options to lower and the
 one option, on every such command, that raises it: ``--max-work N``, in the
 unit the message states. The budgets are sized so that every documented use
-(README, ``make demo``, the tests, ``benchmarks/``) stays well inside them.
+(docs/, ``make demo``, the tests, ``benchmarks/``) stays well inside them.
 
 Examples
 --------

@@ -5,7 +5,7 @@ Each model is saved with ``tf.saved_model.save(model, d)`` and with
 inputs) and goes through the commands a user runs: ``inspect --json`` (the
 parameter total is Keras's ``count_params()``), ``profile``, ``order --algo tac``
 and ``simulate``. ``inspect --save`` writes the DAG once, and ``order`` and
-``simulate`` read that ``.dag.json``, as the README suggests, instead of
+``simulate`` read that ``.dag.json``, as docs/walkthrough.md does, instead of
 re-importing the SavedModel.
 
 These run in the main test process, under the machine's oneDNN setting: the

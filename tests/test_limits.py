@@ -46,11 +46,17 @@ def test_other_estimates():
 
 
 def test_documented_uses_fit_their_budgets():
-    # make demo / README: ResNet-50 training DAG (1,372 ops, 161 transfers, 1,050 compute ops)
+    # make demo / docs/walkthrough.md: ResNet-50 training DAG (1,372 ops, 161 transfers, 1,050 compute ops)
     assert limits.simulate_work(1_372, 4, 20, runs=1 + 3 + 5).amount <= limits.SIMULATE.limit
     assert limits.profile_work(1_050, 5, 1).amount <= limits.PROFILE.limit
     assert limits.batch_search_work([512] * 4, 512).amount <= limits.PLAN_BATCH.limit
     assert limits.table_work(8).amount <= limits.CLUSTER_TABLE.limit
+    # the real jobs: train-allreduce's defaults (4 processes, 50 steps, 3 collectives), bench_eager_real's 8
+    # processes, train-ps's defaults (4 workers + 1 server, 50 iterations); replay-batch's table3 (32 × 2,000 × 4)
+    assert limits.real_steps_work(4, 50, 3).amount <= limits.REAL_STEPS.limit
+    assert limits.real_steps_work(5, 50).amount <= limits.REAL_STEPS.limit
+    assert limits.ranks_work(8).amount <= limits.RANKS.limit
+    assert limits.replay_work(32, 2_000, 4).amount <= limits.REPLAY.limit
 
 
 # -- check_work ----------------------------------------------------------------------------------

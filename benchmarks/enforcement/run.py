@@ -16,7 +16,7 @@ iteration; mean and max over iterations).
 Needs root (``ip netns``, ``tc``); without it prints a skip message and exits 0.
 Results: ``benchmarks/results/enforcement_single_run.json`` and ``.md``: one run
 on one machine, a smoke check of the hook on shaped links. The figures the
-README quotes (medians of 3 repeats at the rate the tool picks, with spreads,
+docs/validate.md quotes (medians of 3 repeats at the rate the tool picks, with spreads,
 predicted beside measured) come from ``benchmarks/bench_validate.py``. Targets (TicTac §6:
 up to 37.7% and 2.3×): TAC inference throughput ≥ 1.15× random, straggler share
 ≥ 2× lower.
