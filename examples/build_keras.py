@@ -172,8 +172,7 @@ def build(name: str, out_dir: str | os.PathLike | None = None, batch: int | None
 
 # -- the Keras corpus: models saved as users save them --------------------------
 
-# InceptionV3 accepts nothing smaller; EfficientNetB0's squeeze-and-excitation blocks train differently (issue 31).
-CORPUS = {"mobilenetv2": (96, 96, 3), "inceptionv3": (75, 75, 3), "efficientnetb0": (64, 64, 3)}
+CORPUS = {"mobilenetv2": (96, 96, 3), "inceptionv3": (75, 75, 3)}  # InceptionV3 accepts nothing smaller
 SAVE_STYLES = ("tf_saved_model", "export")
 
 
@@ -190,7 +189,7 @@ def build_corpus(name: str, out_dir: str | os.PathLike | None = None, force: boo
 
     Parameters
     ----------
-    name : {"mobilenetv2", "inceptionv3", "efficientnetb0"}
+    name : {"mobilenetv2", "inceptionv3"}
     out_dir : path, optional
         Defaults to ``$DLSCHED_CACHE`` or ``.cache/models``.
     force : bool
@@ -213,8 +212,7 @@ def build_corpus(name: str, out_dir: str | os.PathLike | None = None, force: boo
     import keras
     import tensorflow as tf
 
-    ctor = {"mobilenetv2": keras.applications.MobileNetV2, "inceptionv3": keras.applications.InceptionV3,
-            "efficientnetb0": keras.applications.EfficientNetB0}[name]
+    ctor = {"mobilenetv2": keras.applications.MobileNetV2, "inceptionv3": keras.applications.InceptionV3}[name]
     model = ctor(weights=None, input_shape=CORPUS[name])
     savers = {"tf_saved_model": lambda d: tf.saved_model.save(model, d),
               "export": lambda d: model.export(d, verbose=False)}

@@ -168,14 +168,14 @@ def test_bad_device_and_runs(tf1_graphs):
 
 
 @pytest.mark.slow
-def test_efficientnetb0_training_times_every_op(keras_corpus):
-    """EfficientNetB0 saved with tf.saved_model.save, in training (issue 31, item 6): oneDNN runs each
+def test_efficientnetb0_training_times_every_op(keras_efficientnetb0):
+    """Keras EfficientNetB0 as a SavedModel (tf.saved_model.save), in training (issue 31, item 6): oneDNN runs each
     squeeze-and-excitation convolution's BiasAddGrad inside the filter gradient's kernel, so every op has a
     time or a 0 with its reason, and the per-op minima add up to a plain step."""
     from dlsched.importers.tf_importer import import_saved_model
     from dlsched.profiling.tf_profiler import profile_tf
 
-    path = keras_corpus("efficientnetb0")["tf_saved_model"]
+    path = keras_efficientnetb0["savedmodel"]
     graph = import_saved_model(path, mode="training", batch=2)
     ratios = []
     for attempt in range(ATTEMPTS):
