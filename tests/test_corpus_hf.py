@@ -2,14 +2,16 @@
 
 The models are ``transformers`` code, not written for dlsched (random weights
 from small configs, ``examples/hf_models.py``; nothing downloaded). Symbolic
-torch.fx tracing fails on all three, so inference goes through the importer's
+torch.fx tracing fails on all of them, so inference goes through the importer's
 ``make_fx`` capture. Each model, in each mode, runs the user's sequence:
 ``inspect --save`` (exact parameter totals against ``named_parameters()``),
 ``profile``, ``order --algo tac``, ``simulate``, and ``snapshot`` (the
 analytic oracle must cost every op). BERT exported to ONNX runs the same steps.
 
 One test per model and mode, sharing the saved ``.dag.json`` and the oracle
-between its steps: only ``inspect`` and ``profile`` load the framework.
+between its steps: only ``inspect`` and ``profile`` load the framework. The
+Hugging Face pipelines run two at a time (a module fixture), each one's steps in
+order; the figures they check do not depend on the machine's load.
 """
 from __future__ import annotations
 
@@ -40,41 +42,68 @@ def _ok(proc) -> dict:
     return json.loads(proc.stdout)
 
 
-def _user_steps(model: str, mode: str, params: tuple, tmp_path, capture: str | None) -> None:
-    """inspect → profile → order --algo tac → simulate → snapshot, checking each step's figures."""
-    dag, oracle, prio = tmp_path / "model.dag.json", tmp_path / "oracle.csv", tmp_path / "tac.json"
-    n = len(params)
+def _run_steps(model: str, mode: str, folder) -> dict:
+    """inspect → profile → order --algo tac → simulate → snapshot, as a user runs them; the completed processes."""
+    dag, oracle, prio = folder / "model.dag.json", folder / "oracle.csv", folder / "tac.json"
+    return {
+        "inspect": run_cli("inspect", model, "--mode", mode, "--save", dag, "--json"),
+        "profile": run_cli("profile", model, "--mode", mode, "-o", oracle, "--bandwidth", "1Gbps", "--json"),
+        "order": run_cli("order", dag, "--algo", "tac", "--oracle", oracle, "-o", prio, "--json"),
+        "simulate": run_cli("simulate", dag, "--oracle", oracle, "--priorities", prio, "--json"),
+        # The CI gate's analytic oracle has a cost model for every op of the graph (it refuses otherwise).
+        "snapshot": run_cli("snapshot", dag, "-o", folder / "baseline.json", "--json"),
+    }
 
-    summary = _ok(run_cli("inspect", model, "--mode", mode, "--save", dag, "--json"))
+
+def _check_steps(runs: dict, mode: str, params: tuple, folder, capture: str | None) -> None:
+    """Each step's figures: exact parameter totals, every op timed, every transfer ordered, L ≤ makespan ≤ U."""
+    n = len(params)
+    summary = _ok(runs["inspect"])
     assert summary["param_count"] == sum(k for _, k in params)
     assert summary["recv_ops"] == n and summary["send_ops"] == (n if mode == "training" else 0)
     assert summary["capture"] == capture
-    saved = json.loads(dag.read_text())
+    saved = json.loads((folder / "model.dag.json").read_text())
     assert saved.get("capture") == capture
     recvs = sorted((op for op in saved["ops"] if op["kind"] == "recv"), key=lambda op: op["index"])
     assert [(op["name"], op["params"]) for op in recvs] == list(params)
 
-    prof = _ok(run_cli("profile", model, "--mode", mode, "-o", oracle, "--bandwidth", "1Gbps", "--json"))
+    prof = _ok(runs["profile"])
     assert prof["timed"] == summary["compute_ops"] and not prof["untimed"] and not prof["defaulted"]
 
-    order = _ok(run_cli("order", dag, "--algo", "tac", "--oracle", oracle, "-o", prio, "--json"))
+    order = _ok(runs["order"])
     assert order["transfers"] == n
-    assert sorted(t["name"] for t in json.loads(prio.read_text())["transfers"]) == sorted(p for p, _ in params)
+    transfers = json.loads((folder / "tac.json").read_text())["transfers"]
+    assert sorted(t["name"] for t in transfers) == sorted(p for p, _ in params)
 
-    sim = _ok(run_cli("simulate", dag, "--oracle", oracle, "--priorities", prio, "--json"))
+    sim = _ok(runs["simulate"])
     assert sim["lower"] * (1 - 1e-9) <= sim["makespan"] <= sim["upper"] * (1 + 1e-9)
     assert sim["makespan"] == pytest.approx(order["makespan"])
+    assert_ok_and_quiet(runs["snapshot"])
 
-    # The CI gate's analytic oracle has a cost model for every op of the graph (it refuses otherwise).
-    proc = run_cli("snapshot", dag, "-o", tmp_path / "baseline.json", "--json")
-    assert_ok_and_quiet(proc)
+
+HF_MODELS = ["bert", "gpt2", "llama", "mixtral", "qwen2_moe"]
+
+
+@pytest.fixture(scope="module")
+def hf_runs(request, tmp_path_factory) -> dict:
+    """Every selected model and mode through the CLI, two pipelines at a time: the steps of one run in order,
+    and the figures checked do not depend on the machine's load (no timing is compared here)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    wanted = sorted({(item.callspec.params["name"], item.callspec.params["mode"]) for item in request.session.items
+                     if getattr(item, "originalname", "") == "test_hf_model_through_the_cli"})
+    folders = {key: tmp_path_factory.mktemp(f"{key[0]}_{key[1]}") for key in wanted}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {key: pool.submit(_run_steps, f"{HF}:{key[0]}", key[1], folders[key]) for key in wanted}
+        return {key: (f.result(), folders[key]) for key, f in futures.items()}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("name", ["bert", "gpt2", "llama", "mixtral", "qwen2_moe"])
-def test_hf_model_through_the_cli(name, mode, tmp_path):
-    _user_steps(f"{HF}:{name}", mode, _named_parameters(name), tmp_path, capture="make_fx")
+@pytest.mark.parametrize("name", HF_MODELS)
+def test_hf_model_through_the_cli(name, mode, hf_runs):
+    runs, folder = hf_runs[(name, mode)]
+    _check_steps(runs, mode, _named_parameters(name), folder, capture="make_fx")
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +131,7 @@ def bert_onnx(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 def test_hf_bert_exported_to_onnx_through_the_cli(bert_onnx, mode, tmp_path):
-    _user_steps(str(bert_onnx), mode, _named_parameters("bert"), tmp_path, capture=None)
+    _check_steps(_run_steps(str(bert_onnx), mode, tmp_path), mode, _named_parameters("bert"), tmp_path, capture=None)
 
 
 @pytest.fixture(scope="module")

@@ -131,7 +131,9 @@ def test_cli_timeout_bounds_every_wait_in_the_ranks():
     """--timeout reaches the ranks: 1 ms is too short for them even to meet, and they say so (exit 2)."""
     proc = run_cli("train-allreduce", "--processes", "2", "--iterations", "3", "--dim", "8", "--batch", "4",
                    "--collective", "solo", "--timeout", "1ms", timeout=60)
-    assert_clean_error(proc, "eager-SGD job failed", "joining the job failed")
+    assert_clean_error(proc, "eager-SGD job failed")
+    # which wait comes first is a race: joining the process group, or the start barrier after it
+    assert "joining the job failed" in proc.stderr or "timed out after 0.001 s" in proc.stderr, proc.stderr
 
 
 def test_job_stopped_at_its_limit_says_so():
