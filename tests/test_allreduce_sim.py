@@ -103,28 +103,51 @@ def test_fig9_micro_benchmark_through_the_cli():
     assert 1.8 <= lat["allreduce"] / np.mean([m["mean_latency_s"] for m in pooled]) <= 3.0
 
 
-@pytest.mark.parametrize("delay, paper", [(0.2, 1.50), (0.3, 1.75), (0.4, 2.01)])
-def test_hyperplane_replay(delay, paper):
-    """Acceptance 2 (free-running): the synchronous period is e + D; solo beats it, below the never-delayed bound."""
+@pytest.mark.parametrize("delay, bracket", [(0.2, (1.40, 1.49)), (0.3, (1.59, 1.73)), (0.4, (1.76, 1.98))])
+def test_hyperplane_replay(delay, bracket):
+    """Issue 27, acceptance 1: the synchronous period is e + D; with the step all compute solo lies in the bracket
+    a faithful model allows (the paper's 1.50 / 1.75 / 2.01 need a collective phase to skip)."""
     r = collectives(ModelSpec(None), OracleSpec(None),
                     Comparison(list(COLLECTIVES), 8, 256, f"random:k=1:delay={delay}s", seed=1),
                     Step(0.41, gradient_bytes=32768))["collectives"]
     assert 1 / r["allreduce"]["steps_per_s"] == pytest.approx(0.41 + delay, rel=0.01)
-    solo = r["solo"]["speedup"]
-    assert 1 < solo < (0.41 + delay) / 0.41  # solo's period is at least e
+    assert bracket[0] <= r["solo"]["speedup"] <= bracket[1]
     assert r["majority"]["mean_nap"] > r["solo"]["mean_nap"]
     if delay == 0.2:
-        assert solo == pytest.approx(paper, rel=0.06)
-        assert r["majority"]["steps_per_s"] / r["solo"]["steps_per_s"] == pytest.approx(0.84, abs=0.06)
+        assert 0.78 <= r["majority"]["steps_per_s"] / r["solo"]["steps_per_s"] <= 0.95
 
 
-def test_rotating_imbalance_majority_bounds_staleness():
-    """Acceptance 3 (free-running): majority speeds up, and keeps gradients fresher and replicas closer than solo."""
+def test_collective_phase_lets_a_late_process_catch_up():
+    """Issue 27: with 50 ms of the 0.41 s step a collective phase, solo reaches (e + D)/(e + a) within 3%."""
+    out = simulate_json("--step-time", "0.41", "--collective-phase", "50ms", "--workers", "8", "--iterations",
+                        "256", "--imbalance", "random:k=1:delay=200ms", "--compare", ALL, "--gradient-size", "32768")
+    c, a = out["collectives"], out["activation_s"]
+    assert out["step_compute_s"] == pytest.approx(0.36) and out["allreduce_s"] == pytest.approx(0.05)
+    assert 1 / c["allreduce"]["steps_per_s"] == pytest.approx(0.61, rel=1e-6)  # (e − c) + D + c
+    assert c["solo"]["speedup"] == pytest.approx(0.61 / (0.41 + a), rel=0.03)
+    assert c["majority"]["speedup"] < c["solo"]["speedup"]
+
+
+def test_rotating_imbalance_at_a_resnet32_step():
+    """Issue 27, acceptance 2–3: §7.2.3 at a 0.05 s step; majority keeps models younger and replicas closer."""
     r = collectives(ModelSpec(None), OracleSpec(None),
-                    Comparison(list(COLLECTIVES), 8, 256, "rotate:50ms:400ms", seed=0), Step(0.41))["collectives"]
-    assert 1 < r["majority"]["speedup"] < r["solo"]["speedup"]
-    assert r["solo"]["mean_staleness"] > 1.5 * r["majority"]["mean_staleness"]
-    assert r["solo"]["missed_rate"] >= 10 * r["majority"]["missed_rate"] and r["solo"]["missed_rate"] > 0
+                    Comparison(list(COLLECTIVES), 8, 256, "rotate:50ms:400ms", seed=0),
+                    Step(0.05, gradient_bytes=32768))["collectives"]
+    assert r["majority"]["speedup"] == pytest.approx(1.29, abs=0.08) and r["majority"]["speedup"] < r["solo"]["speedup"]
+    assert r["solo"]["mean_nap"] <= 2 and r["majority"]["mean_nap"] == pytest.approx(4.5, abs=1)
+    assert r["solo"]["mean_version_staleness"] >= 1.7 * r["majority"]["mean_version_staleness"]
+    assert r["solo"]["missed_rate"] >= 2 * r["majority"]["missed_rate"] and r["solo"]["missed_rate"] > 0
+
+
+def test_model_age_does_not_grow_with_drift():
+    """The index lag grows with the run's length; the model's age (Lemma 6.1's τ) does not."""
+    ages, lags = [], []
+    for steps in (128, 512):
+        c = collectives(ModelSpec(None), OracleSpec(None), Comparison(["solo"], 8, steps, "random:k=1:delay=200ms"),
+                        Step(0.41, gradient_bytes=32768))["collectives"]["solo"]
+        ages.append(c["mean_version_staleness"])
+        lags.append(c["mean_staleness"])
+    assert lags[1] > 1.5 * lags[0] and ages[1] == pytest.approx(ages[0], abs=0.1) and ages[1] < 1.2
 
 
 @pytest.fixture(scope="module")
@@ -179,6 +202,10 @@ def test_imbalance_draws(P, T, seed):
 
 def test_bad_usage_exits_2(model):
     assert_clean_error(run_cli("simulate", "--step-time", "1s", "--compare", "solo,tac"), "mixes collectives")
+    assert_clean_error(run_cli("simulate", "--step-time", "50ms", "--collective-phase", "50ms", "--collective",
+                               "solo"), "shorter than --step-time")
+    assert_clean_error(run_cli("simulate", model / "m.dag.json", "--oracle", model / "o.csv", "--collective-phase",
+                               "1ms"), "splits a --step-time")
     assert_clean_error(run_cli("simulate", "--compare", "solo"), "--step-time")
     assert_clean_error(run_cli("simulate", "--step-time", "1s", "--collective", "solo", "--imbalance",
                                "random:k=9:delay=1ms", "--workers", "8"), "k=9")
@@ -254,3 +281,27 @@ def test_zero_imbalance_same_throughput_and_partial_never_slower(r):
     if r["buckets"] == 1:  # one all-reduce at the end of the step: every step waits for the slowest process
         cost = allreduce_cost(r["algorithm"], r["P"], r["nbytes"], r["alpha"], 1e9)
         assert sync.done[-1] == pytest.approx(sum((f * r["step"] + d).max(axis=1)) + r["T"] * cost, rel=1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(runs, st.sampled_from(COLLECTIVES), st.integers(0, 6))
+def test_model_age_is_the_straightforward_count(r, kind, sync_every):
+    """The model's age equals a plain count; it never exceeds the lag; the limiter bounds the lag by N − 1."""
+    f, d = _imbalance(r)
+    run = run_collective(kind, _shape(r), f, d, r["alpha"], 1e9, r["algorithm"], r["seed"], r["activation"],
+                         sync_every=sync_every)
+    T, P = d.shape
+    ages, lags = [], []
+    for k in range(T):
+        for p in range(P):
+            j = run.entered[k, p]
+            if j == T:
+                continue
+            held = 0 if k == 0 else sum(1 for i in range(T) if run.done[i] <= run.leave[k - 1, p])
+            ages.append(j - held)
+            lags.append(j - k)
+    assert run.model_age.tolist() == ages and run.staleness.tolist() == lags
+    assert all(0 <= a <= lag for a, lag in zip(ages, lags))
+    if sync_every:
+        assert max(lags, default=0) <= sync_every - 1
+        assert (run.nap[sync_every - 1::sync_every] == P).all()

@@ -37,7 +37,15 @@ the three collectives give the same timeline.
 
 A process reads the receive buffer whenever it leaves a collective and sees
 only the latest result; a result overwritten before it read it is a
-*missed update* (eager-SGD §5: the replicas then drift apart).
+*missed update* (eager-SGD §5: the replicas then drift apart). A gradient's
+*lag* is ``j − k``; its *model age* is ``j`` less the rounds the process had
+read when step ``k`` began (Lemma 6.1's τ), which does not grow with drift.
+
+A late process that finds collective ``j`` done leaves at its arrival: it
+skips the wait ``done_j − σ_j`` (the collective phase), which is how it
+recovers a delay. ``StepShape.phase_s`` fixes that phase
+(``--collective-phase``); ``sync_every`` makes every N-th round synchronous
+(the limiter of the authors' code).
 
 Examples
 --------
@@ -112,11 +120,24 @@ class StepShape:
     compute_s: float
     bucket_offsets: tuple[float, ...]
     bucket_bytes: tuple[int, ...]
+    phase_s: float | None = None
 
     @classmethod
-    def single(cls, step_s: float, nbytes: int) -> "StepShape":
-        """A step of ``step_s`` seconds that all-reduces ``nbytes`` in one piece at its end (``--step-time``)."""
-        return cls(step_s, (step_s,), (nbytes,))
+    def single(cls, step_s: float, nbytes: int, phase_s: float | None = None) -> "StepShape":
+        """A step of ``step_s`` seconds that all-reduces ``nbytes`` in one piece at its end (``--step-time``).
+
+        With ``phase_s`` (``--collective-phase``) the step is ``step_s − phase_s``
+        of compute and a collective phase of ``phase_s`` that the all-reduce
+        takes whatever α and β say: the wait a late process skips when it finds
+        the collective done, which is how it recovers a delay.
+
+        >>> StepShape.single(0.41, 0, phase_s=0.05).compute_s
+        0.36
+        """
+        if phase_s is None:
+            return cls(step_s, (step_s,), (nbytes,))
+        compute = round(step_s - phase_s, 15)
+        return cls(compute, (compute,), (nbytes,), phase_s)
 
     @property
     def gradient_bytes(self) -> int:
@@ -162,6 +183,30 @@ class CollectiveRun:
         return (self.entered - k)[sent]
 
     @property
+    def version(self) -> np.ndarray:
+        """``(T, P)``: rounds the model of process ``p`` holds when it starts step ``k``.
+
+        A process reads the receive buffer when it leaves a collective, so its
+        model at step ``k`` has every round done by the time it left step
+        ``k − 1`` (the latest one's result; the ones overwritten before it are
+        the missed updates).
+        """
+        version = np.zeros(self.entered.shape, dtype=int)
+        version[1:] = np.searchsorted(self.done, self.leave[:-1], side="right")
+        return version
+
+    @property
+    def model_age(self) -> np.ndarray:
+        """Version staleness of every gradient that entered a collective: the rounds completed between the
+        start of the step that computed it and the round that applies it (0: the model was up to date).
+
+        The index lag (:attr:`staleness`) grows with drift; this does not: it
+        is the age of the model the gradient was computed on, Lemma 6.1's τ.
+        """
+        sent = self.entered < self.steps
+        return (self.entered - self.version)[sent]
+
+    @property
     def queued_at_end(self) -> int:
         return int((self.entered >= self.steps).sum())
 
@@ -177,12 +222,14 @@ class CollectiveRun:
 
     def figures(self) -> dict:
         """The JSON-able summary printed by ``dlsched simulate --collective``."""
-        stale = self.staleness
+        stale, age = self.staleness, self.model_age
         return {"steps_per_s": self.steps_per_s, "mean_iteration_s": float(self.iteration_s.mean()),
                 "iteration_s_per_process": self.iteration_s.tolist(),
                 "mean_latency_s": float(self.latency_s.mean()), "mean_nap": float(self.nap.mean()),
                 "nap": self.nap.tolist(), "mean_staleness": float(stale.mean()) if len(stale) else 0.0,
                 "max_staleness": int(stale.max()) if len(stale) else 0,
+                "mean_version_staleness": float(age.mean()) if len(age) else 0.0,
+                "max_version_staleness": int(age.max()) if len(age) else 0,
                 "missed_rate": self.missed / self.entered.size, "queued_at_end": self.queued_at_end,
                 "initiators": self.initiator.tolist()}
 
@@ -200,9 +247,20 @@ def majority_initiators(processes: int, steps: int, seed: int) -> np.ndarray:
     return np.array([np.random.default_rng([seed, j, 0xEA6E]).integers(processes) for j in range(steps)], dtype=int)
 
 
+def synchronous_round(kind: str, j: int, sync_every: int) -> bool:
+    """Whether round ``j`` of ``kind`` is synchronous: always for ``allreduce``; for solo and majority every
+    ``sync_every``-th round (the limiter of the authors' code: rounds ``N − 1, 2N − 1, …``; 0: never).
+
+    >>> [synchronous_round("solo", j, 3) for j in range(6)]
+    [False, False, True, False, False, True]
+    """
+    return kind == "allreduce" or (sync_every > 0 and (j + 1) % sync_every == 0)
+
+
 def run_collective(kind: str, shape: StepShape, factors: np.ndarray, delays: np.ndarray, alpha: float,
                    beta: float, algorithm: str = "ring", seed: int = 0,
-                   activation: str = "free-running", progress=None) -> CollectiveRun:
+                   activation: str = "free-running", progress=None, *, sync_every: int = 0,
+                   activation_s: float | None = None) -> CollectiveRun:
     """Simulate ``T`` free-running steps of ``P`` processes under one collective (module docstring).
 
     Parameters
@@ -220,6 +278,12 @@ def run_collective(kind: str, shape: StepShape, factors: np.ndarray, delays: np.
         ``barrier`` starts every step on every process when the last one has
         left the previous collective, as a micro-benchmark with a barrier per
         iteration does (eager-SGD Fig. 8); ``free-running`` is training.
+    sync_every : int
+        The limiter: every ``sync_every``-th solo or majority round is
+        synchronous (:func:`synchronous_round`); 0, the default, never.
+    activation_s : float, optional
+        What an activation costs a process that joins late; by default the
+        binomial-tree broadcast ``⌈log2 P⌉·α`` (:func:`.activation_broadcast`).
 
     Raises
     ------
@@ -236,8 +300,11 @@ def run_collective(kind: str, shape: StepShape, factors: np.ndarray, delays: np.
     T, P = delays.shape
     if factors.shape != (T, P):
         raise DlschedError(f"speed factors of shape {factors.shape} do not match the delays' {delays.shape}")
-    cost = np.array([allreduce_cost(algorithm, P, n, alpha, beta) for n in shape.bucket_bytes])
-    act_s = math.inf if kind == "allreduce" else activation_broadcast(P, alpha)
+    if not (isinstance(sync_every, (int, np.integer)) and sync_every >= 0):
+        raise DlschedError(f"the limiter's period must be a whole number of rounds ≥ 0, got {sync_every!r}")
+    cost = np.array([shape.phase_s] if shape.phase_s is not None else
+                    [allreduce_cost(algorithm, P, n, alpha, beta) for n in shape.bucket_bytes])
+    act_s = activation_broadcast(P, alpha) if activation_s is None else activation_s
     offsets = np.asarray(shape.bucket_offsets, dtype=float)
     drawn = majority_initiators(P, T, seed) if kind == "majority" else None
     arrival, leave = np.empty((T, P)), np.empty((T, P))
@@ -250,9 +317,10 @@ def run_collective(kind: str, shape: StepShape, factors: np.ndarray, delays: np.
         start = (end if activation == "free-running" else np.full(P, end.max())) + delays[j]
         ready = start[:, None] + factors[j][:, None] * offsets[None, :]
         a = start + factors[j] * shape.compute_s
-        i = int(np.argmax(a) if kind == "allreduce" else np.argmin(a) if kind == "solo" else drawn[j])
-        R = ready.max(axis=0) if kind == "allreduce" else ready.min(axis=0) if kind == "solo" else ready[i]
-        joined = np.minimum(ready, R[None, :] + act_s).max(axis=0)
+        sync = synchronous_round(kind, j, sync_every)
+        i = int(np.argmax(a) if sync else np.argmin(a) if kind == "solo" else drawn[j])
+        R = ready.max(axis=0) if sync else ready.min(axis=0) if kind == "solo" else ready[i]
+        joined = R if sync else np.minimum(ready, R[None, :] + act_s).max(axis=0)
         t = 0.0
         for b in range(len(cost)):
             t = max(t, joined[b]) + cost[b]

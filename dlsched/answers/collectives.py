@@ -23,6 +23,7 @@ True
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -55,6 +56,8 @@ class Comparison:
         ``free-running`` processes (training), or a ``barrier`` per iteration (micro-benchmarks).
     seed : int
         Seeds the imbalance and majority's initiators.
+    sync_every : int
+        The limiter: every N-th solo or majority round synchronous (0: never).
     """
 
     kinds: Sequence[str]
@@ -63,25 +66,35 @@ class Comparison:
     imbalance: str | None = None
     activation: str = "free-running"
     seed: int = 0
+    sync_every: int = 0
 
 
 @dataclass(frozen=True)
 class Step:
-    """A step without a model (``time`` seconds, ``gradient_bytes`` all-reduced at its end), or a model's buckets."""
+    """A step without a model (``time`` seconds, ``gradient_bytes`` all-reduced at its end), or a model's buckets.
+
+    ``phase``: of the step's ``time``, the collective phase, the wait a late
+    process skips (:meth:`dlsched.analyses.allreduce_sim.StepShape.single`);
+    by default the all-reduce's α–β cost comes on top of ``time``.
+    """
 
     time: float | None = None
     gradient_bytes: int = 0
     bucket_bytes: int = DEFAULT_BUCKET_BYTES
+    phase: float | None = None
 
 
 @dataclass(frozen=True)
 class Network:
     """The all-reduce's cost model: α (``latency``) and β (``bandwidth``, bytes/s), fitted to the oracle when
-    not given (else :data:`DEFAULT_LATENCY_S`, :data:`DEFAULT_BANDWIDTH_BPS`), and the ``algorithm``."""
+    not given (else :data:`DEFAULT_LATENCY_S`, :data:`DEFAULT_BANDWIDTH_BPS`), and the ``algorithm``;
+    ``activation``: what activating a late process costs (default ``⌈log2 P⌉·α``; a real run measures its
+    own, ``train-allreduce``'s ``activation_s``)."""
 
     latency: float | None = None
     bandwidth: float | None = None
     algorithm: str = "ring"
+    activation: float | None = None
 
 
 def collectives(model: ModelSpec, oracle: OracleSpec, comparison: Comparison, step: Step = Step(),
@@ -91,12 +104,14 @@ def collectives(model: ModelSpec, oracle: OracleSpec, comparison: Comparison, st
     Keys: ``source`` (``model`` or ``step-time``), ``workers``, ``iterations``,
     ``seed``, ``imbalance``, ``activation``, ``algorithm``, ``alpha_s``,
     ``beta_Bps``, ``step_compute_s``, ``gradient_bytes``, ``buckets``,
+    ``collective_phase_s`` (``None`` unless given), ``sync_every``,
     ``allreduce_s`` (one step's all-reduces), ``activation_s``, ``model`` (with a
     model), and ``collectives``: per collective the figures of
     :meth:`dlsched.analyses.allreduce_sim.CollectiveRun.figures` (``steps_per_s``,
     ``mean_iteration_s``, ``iteration_s_per_process``, ``mean_latency_s``,
-    ``mean_nap``, ``nap``, ``mean_staleness``, ``max_staleness``,
-    ``missed_rate``, ``queued_at_end``, ``initiators``) plus ``speedup`` over
+    ``mean_nap``, ``nap``, ``mean_staleness``, ``max_staleness`` (the index
+    lag), ``mean_version_staleness``, ``max_version_staleness`` (the model's
+    age), ``missed_rate``, ``queued_at_end``, ``initiators``) plus ``speedup`` over
     the synchronous all-reduce when it is compared. ``progress(steps done,
     total)`` is called now and then, counting the steps of every collective.
 
@@ -114,7 +129,8 @@ def collectives(model: ModelSpec, oracle: OracleSpec, comparison: Comparison, st
     ------
     DlschedError
         Neither or both of a step time and a model, an unknown collective,
-        algorithm or activation model, a bad imbalance, work above the budget.
+        algorithm or activation model, a bad imbalance, a collective phase
+        not shorter than the step, work above the budget.
     """
     kinds, processes, iterations, seed = comparison.kinds, comparison.processes, comparison.iterations, comparison.seed
     algorithm, activation, latency, bandwidth = network.algorithm, comparison.activation, network.latency, \
@@ -137,10 +153,16 @@ def collectives(model: ModelSpec, oracle: OracleSpec, comparison: Comparison, st
     else:
         if not step.time > 0:
             raise DlschedError(f"--step-time must be a positive number of seconds, got {step.time}")
-        shape = StepShape.single(step.time, step.gradient_bytes)
+        shape = StepShape.single(step.time, step.gradient_bytes, _phase(step))
     alpha = DEFAULT_LATENCY_S if latency is None else latency
     beta = DEFAULT_BANDWIDTH_BPS if bandwidth is None else bandwidth
     check_network(alpha, beta)
+    act_s = activation_broadcast(processes, alpha) if network.activation is None else network.activation
+    if not (math.isfinite(act_s) and act_s >= 0):
+        raise DlschedError(f"the activation cost must be a finite number of seconds ≥ 0, got {act_s}")
+    if graph is not None and step.phase is not None:
+        raise DlschedError("--collective-phase splits a --step-time; a model's all-reduce follows its buckets "
+                           "and the network's α and β")
     limits.check_work(limits.simulate_work(len(shape.bucket_bytes), processes, iterations, len(kinds)),
                       limits.SIMULATE, "simulate", max_work)
     factors, delays = imb.draw(processes, iterations, seed)
@@ -148,17 +170,30 @@ def collectives(model: ModelSpec, oracle: OracleSpec, comparison: Comparison, st
            "iterations": iterations, "seed": seed, "imbalance": imb.spec, "activation": activation,
            "algorithm": algorithm, "alpha_s": alpha, "beta_Bps": beta, "step_compute_s": shape.compute_s,
            "gradient_bytes": shape.gradient_bytes, "buckets": len(shape.bucket_bytes),
-           "allreduce_s": sum(allreduce_cost(algorithm, processes, n, alpha, beta) for n in shape.bucket_bytes),
-           "activation_s": activation_broadcast(processes, alpha), "collectives": {}}
+           "collective_phase_s": shape.phase_s, "sync_every": comparison.sync_every,
+           "allreduce_s": shape.phase_s if shape.phase_s is not None else
+           sum(allreduce_cost(algorithm, processes, n, alpha, beta) for n in shape.bucket_bytes),
+           "activation_s": act_s, "collectives": {}}
     if graph is not None:
         out["model"] = graph.name
     total = len(kinds) * iterations
     for i, kind in enumerate(kinds):
         tick = None if progress is None else (lambda done, off=i * iterations: progress(off + done, total))
-        run = run_collective(kind, shape, factors, delays, alpha, beta, algorithm, seed, activation, tick)
+        run = run_collective(kind, shape, factors, delays, alpha, beta, algorithm, seed, activation, tick,
+                             sync_every=comparison.sync_every, activation_s=act_s)
         out["collectives"][kind] = run.figures()
     if "allreduce" in out["collectives"]:
         base = out["collectives"]["allreduce"]["steps_per_s"]
         for fig in out["collectives"].values():
             fig["speedup"] = fig["steps_per_s"] / base
     return out
+
+
+def _phase(step: Step) -> float | None:
+    """The collective phase of a ``--step-time``, checked: at least 0 and shorter than the step."""
+    if step.phase is None:
+        return None
+    if not (math.isfinite(step.phase) and 0 <= step.phase < step.time):
+        raise DlschedError(f"--collective-phase must be at least 0 and shorter than --step-time "
+                           f"({step.time:g} s), got {step.phase:g} s")
+    return step.phase

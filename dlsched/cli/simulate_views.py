@@ -20,17 +20,19 @@ class CollectiveArgs:
     network: Network
     imbalance: str | None
     activation: str
+    sync_every: int = 0
 
     @property
     def asked(self) -> bool:
         """An option that only the collectives take was given."""
-        return bool(self.kind) or self.step.time is not None or self.imbalance is not None
+        return bool(self.kind) or self.step.time is not None or self.imbalance is not None or self.sync_every > 0 \
+            or self.step.phase is not None or self.network.activation is not None
 
 
-def _collective_args(collective, step_time, imbalance, bucket_mb, gradient_size, algorithm, latency, bandwidth,
-                     activation):
-    return CollectiveArgs(collective, Step(step_time, gradient_size, int(bucket_mb * 1024**2)),
-                          Network(latency, bandwidth, algorithm), imbalance, activation)
+def _collective_args(collective, step_time, collective_phase, imbalance, bucket_mb, gradient_size, algorithm,
+                     latency, bandwidth, activation_cost, activation, sync_every):
+    return CollectiveArgs(collective, Step(step_time, gradient_size, int(bucket_mb * 1024**2), collective_phase),
+                          Network(latency, bandwidth, algorithm, activation_cost), imbalance, activation, sync_every)
 
 
 def collective_options(fn):
@@ -38,14 +40,18 @@ def collective_options(fn):
     from dlsched.analyses.allreduce_sim import ACTIVATIONS, COLLECTIVES
     from dlsched.analyses.collective_cost import ALGORITHMS
 
-    fn = gather("collective", _collective_args, ("collective", "step_time", "imbalance", "bucket_mb", "gradient_size",
-                                                 "algorithm", "latency", "bandwidth", "activation"))(fn)
+    fn = gather("collective", _collective_args, ("collective", "step_time", "collective_phase", "imbalance",
+                                                 "bucket_mb", "gradient_size", "algorithm", "latency", "bandwidth",
+                                                 "activation_cost", "activation", "sync_every"))(fn)
     options = [
         click.option("--collective", type=click.Choice(COLLECTIVES), default=None,
                      help="Data-parallel all-reduce instead of parameter servers: synchronous, or eager-SGD's "
                           "solo/majority partial all-reduce (--compare allreduce,solo,majority: side by side)."),
         click.option("--step-time", type=POSITIVE_DURATION, default=None,
                      help="Replay a step of this many seconds without a model (MODEL and --oracle optional)."),
+        click.option("--collective-phase", type=DURATION, default=None,
+                     help="--step-time: the part of the step that is the all-reduce, the wait a late process skips "
+                          "and so recovers its delay by (e.g. 50ms) [default: the α–β cost, on top of the step]."),
         click.option("--imbalance", default=None,
                      help="random:k=1:delay=200ms, skew:linear:1ms:32ms, rotate:50ms:400ms, speed:1,1,2,…, "
                           "lognormal:mean=M:sd=S:min=A:max=B, trace:FILE.csv [default: none]."),
@@ -58,8 +64,14 @@ def collective_options(fn):
                      help="Network α [default: fitted to the oracle's transfers; 50us with --step-time]."),
         click.option("--bandwidth", type=BANDWIDTH, default=None,
                      help="Network β [default: fitted to the oracle's transfers; 10Gbps with --step-time]."),
+        click.option("--activation-cost", type=DURATION, default=None,
+                     help="What activating a late process costs (a real run's, from train-allreduce --json) "
+                          "[default: ⌈log2 P⌉·α, eager-SGD's binomial trees]."),
         click.option("--activation", type=click.Choice(ACTIVATIONS), default="free-running", show_default=True,
                      help="free-running processes (training), or a barrier per iteration (micro-benchmarks)."),
+        click.option("--sync-every", type=click.IntRange(min=0), default=0, show_default=True,
+                     help="The limiter of eager-SGD's code: every N-th solo or majority round is synchronous "
+                          "(0: never)."),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -68,27 +80,31 @@ def collective_options(fn):
 
 def print_collectives(out: dict) -> None:
     """The collectives side by side, then each one's iteration time per process."""
-    what = out.get("model", f"step {fmt_seconds(out['step_compute_s'])}")
+    what = out.get("model", f"compute {fmt_seconds(out['step_compute_s'])}")
     console.print(key_value_table(
         f"{what} · {out['workers']} processes × {out['iterations']} steps · {out['activation']}",
         [("imbalance", out["imbalance"]),
          ("gradients", f"{fmt_bytes(out['gradient_bytes'])} in {out['buckets']} bucket(s)"),
-         (f"{out['algorithm']} all-reduce (α {fmt_seconds(out['alpha_s'])}, β {fmt_bytes(out['beta_Bps'])}/s)",
-          f"{fmt_seconds(out['allreduce_s'])} + activation {fmt_seconds(out['activation_s'])}")]))
+         (f"{out['algorithm']} all-reduce (α {fmt_seconds(out['alpha_s'])}, β {fmt_bytes(out['beta_Bps'])}/s)"
+          if out["collective_phase_s"] is None else "collective phase (given)",
+          f"{fmt_seconds(out['allreduce_s'])} + activation {fmt_seconds(out['activation_s'])}"),
+         ("limiter", f"every {out['sync_every']}th round synchronous" if out["sync_every"] else "none")]))
     cols = out["collectives"]
     console.print(column_table(
         f"collectives compared (NAP of {out['workers']})",
-        ("", "steps/s", "speedup", "iteration", "latency", "NAP", "stale (max)", "missed"),
+        ("", "steps/s", "speedup", "iteration", "latency", "NAP", "lag (max)", "age (max)", "missed"),
         [(k, f"{c['steps_per_s']:.3f}", f"{c['speedup']:.2f}×" if "speedup" in c else "–",
           fmt_seconds(c["mean_iteration_s"]), fmt_seconds(c["mean_latency_s"]), f"{c['mean_nap']:.2f}",
-          f"{c['mean_staleness']:.2f} ({c['max_staleness']})", f"{c['missed_rate']:.1%}")
+          f"{c['mean_staleness']:.2f} ({c['max_staleness']})",
+          f"{c['mean_version_staleness']:.2f} ({c['max_version_staleness']})", f"{c['missed_rate']:.1%}")
          for k, c in cols.items()], left=("",)))
     console.print(column_table(
         "iteration time per process", ("process",) + tuple(cols),
         [(str(p),) + tuple(fmt_seconds(c["iteration_s_per_process"][p]) for c in cols.values())
          for p in range(out["workers"])]))
-    console.print("NAP: processes contributing fresh gradients; staleness: steps old of the gradients contributed; "
-                  "missed: results a process never read (overwritten).")
+    console.print("NAP: processes contributing fresh gradients; lag: steps between a gradient's step and its round; "
+                  "model age: rounds completed between the start of a gradient's step and the round that applies "
+                  "it (Lemma 6.1's τ); missed: results a process never read (overwritten).")
 
 
 def print_orders(report) -> None:
