@@ -2,9 +2,11 @@
 
 - zero imbalance: the partial-collective machinery activated by the last arrival
   (``full``) gives DDP's parameters after 5 steps to 1e-6;
-- solo with one injected delay and ``model_sync_every``: the replicas agree after
-  every synchronisation, and no gradient is lost (every computed gradient is in
-  exactly one round's sum or still queued at the end, counted and summed);
+- solo with one injected delay, ``model_sync_every`` and the limiter
+  (``sync_every``): the replicas agree after every synchronisation, no gradient
+  is lost (every computed gradient is in exactly one round's sum or still
+  queued at the end, counted and summed), the limiter's rounds are synchronous
+  and bound the lag, and the model's age never exceeds the lag;
 - majority through the CLI: the initiator is the seeded draw on every process,
   and it is always active;
 - a SIGKILLed or a stalled (SIGSTOP) rank ends every other rank with exit code 2.
@@ -36,6 +38,8 @@ def test_full_collective_gives_ddp_parameters():
     from dlsched.jobs.eager_sgd import train_allreduce
     ddp, full = (train_allreduce(_cfg(c, 5)) for c in ("ddp", "full"))
     assert full.mean_nap == 4 and full.queued_at_end == 0 and full.initiators_agree and full.initiators_active
+    assert full.max_version_staleness == 0 and full.activation_s >= 0
+    assert 0 < ddp.last_arrival_latency_s <= ddp.mean_latency_s  # the last arrival waits for nobody
     want = ddp.extra["results"][0]["params"]
     assert want.abs().max() > 1e-3  # it trained
     for r in full.extra["results"] + ddp.extra["results"]:
@@ -46,10 +50,14 @@ def test_solo_loses_no_gradient_and_syncs_replicas():
     from dlsched.jobs.eager_sgd import train_allreduce
     steps = [[0.01] * 4 for _ in range(12)]
     steps[2][1] = 0.25  # rank 1 falls behind at step 2: its gradients go stale, its replica drifts
-    run = train_allreduce(_cfg("solo", 12, steps, model_sync_every=4))
+    run = train_allreduce(_cfg("solo", 12, steps, model_sync_every=4, sync_every=4))
     res = run.extra["results"]
     assert run.initiators_agree and run.initiators_active
     assert run.mean_staleness > 0 and run.max_staleness >= 1  # the delay made gradients miss their round
+    # the model's age never exceeds the lag; the limiter's rounds (3, 7, 11) are synchronous and bound the lag
+    assert 0 < run.mean_version_staleness <= run.mean_staleness and run.max_version_staleness <= run.max_staleness
+    assert run.max_staleness <= 3 and [r["synchronous"] for r in res[0]["records"]] == [r % 4 == 3 for r in range(12)]
+    assert all(run.nap[r] == 4 for r in (3, 7, 11))
     # none lost: Σ rounds + Σ still queued = every gradient computed, by count and by value
     recs = res[0]["records"]
     assert sum(r["gradients"] for r in recs) + sum(r["n_queued"] for r in res) == 4 * 12

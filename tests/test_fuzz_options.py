@@ -77,6 +77,7 @@ OPTIONS = {
         "--imbalance": (["none"], ["gauss:1ms", "lognormal:mean=1e-300s:sd=1s:min=0s:max=1s", "skew:linear:0s:1e9s",
                                    "speed:1,1e308"]),
         "--step-pad": (["0ms"], ["-1ms", "1e400s", "x"]),
+        "--sync-every": (["0", "33"], ["-1", "x", "1.5"]),
         "--max-work": (["100"], ["0", "-3", "1.5", "nan"]),
     },
     "train-ps": {

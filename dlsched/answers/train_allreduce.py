@@ -45,13 +45,15 @@ class Load:
 
 @dataclass(frozen=True)
 class Regression:
-    """The hyperplane regression trained: dimensions, samples per process and step, learning rate, and how
-    often the replicas are averaged (every K steps, 0: never)."""
+    """The hyperplane regression trained: dimensions, samples per process and step, learning rate, how
+    often the replicas are averaged (every K steps, 0: never), and the limiter (every N-th solo or majority
+    round synchronous, 0: never)."""
 
     dim: int = 8192
     batch: int = 256
     lr: float = 0.02
     model_sync_every: int = 0
+    sync_every: int = 0
 
 
 def train_allreduce(collectives: Sequence[str], run: Run = Run(), load: Load = Load(),
@@ -82,4 +84,5 @@ def train_allreduce(collectives: Sequence[str], run: Run = Run(), load: Load = L
     return compare_collectives(list(collectives), run.processes, run.iterations, imbalance=load.imbalance,
                                step_pad=load.step_pad, seed=run.seed, dim=regression.dim, batch=regression.batch,
                                lr=regression.lr, model_sync_every=regression.model_sync_every,
+                               sync_every=regression.sync_every,
                                barrier=load.barrier, timeout=run.timeout)

@@ -26,6 +26,8 @@ from .train_allreduce_views import render
               help="Pad every step's compute to this time by sleeping (e, e.g. 41ms) [default: 0].")
 @click.option("--model-sync-every", type=NONNEG_INT, default=0, show_default=True,
               help="Average the replicas every K steps (0: never).")
+@click.option("--sync-every", type=NONNEG_INT, default=0, show_default=True,
+              help="The limiter of eager-SGD's code: every N-th solo or majority round is synchronous (0: never).")
 @click.option("--barrier", is_flag=True, help="A barrier before every iteration (the Fig. 9 micro-benchmark).")
 @click.option("--dim", type=POSITIVE_INT, default=8192, show_default=True, help="Hyperplane dimensions.")
 @click.option("--batch", type=POSITIVE_INT, default=256, show_default=True, help="Samples per process and step.")
@@ -37,7 +39,7 @@ from .train_allreduce_views import render
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 @gather("run", answer.Run, ("processes", "iterations", "seed", "timeout"))
 @gather("load", answer.Load, ("imbalance", "step_pad", "barrier"))
-@gather("regression", answer.Regression, ("dim", "batch", "lr", "model_sync_every"))
+@gather("regression", answer.Regression, ("dim", "batch", "lr", "model_sync_every", "sync_every"))
 def train_allreduce(collective, run, load, regression, max_work, as_json):
     """Train a hyperplane regression (eager-SGD §7.2.1) for real on PROCESSES local gloo processes.
 
@@ -46,7 +48,8 @@ def train_allreduce(collective, run, load, regression, max_work, as_json):
     finish a step trigger the all-reduce, `majority` a randomly drawn one, and the
     others contribute what they have (eager-SGD, Algorithm 2). Reports rounds of
     the global model per second, the number of active processes (NAP), the
-    staleness of the gradients, and the validation MSE of rank 0's replica.
+    staleness of the gradients (index lag, and the model's age), and the
+    validation MSE of rank 0's replica.
     Compare with `dlsched simulate --step-time E --imbalance ... --compare
     allreduce,solo,majority`.
     """
@@ -54,4 +57,4 @@ def train_allreduce(collective, run, load, regression, max_work, as_json):
     if as_json:
         emit_json(out)
         return
-    render(out, regression.model_sync_every)
+    render(out, regression)

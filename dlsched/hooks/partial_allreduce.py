@@ -10,6 +10,10 @@ exactly once. Round ``r`` starts on every process as soon as it is *activated*:
 - **full**: by the last process to arrive (a synchronous all-reduce through
   the same machinery, which checks it against DDP).
 
+``sync_every=N`` is the limiter of the authors' code: every ``N``-th round of
+solo or majority (rounds ``N − 1, 2N − 1, …``) is activated as ``full``, so no
+gradient stays out of the model for long.
+
 Activation is spread through the job's ``TCPStore``: arriving is an
 ``add(1)`` on the round's key, and the progress threads block in
 ``wait([key])``, which the store server answers as soon as the key exists
@@ -25,8 +29,9 @@ When round ``r`` starts, each progress thread takes its process's whole send
 buffer (the fresh gradient if the process arrived at step ``r`` already, older
 gradients that missed their round, or zeros) and empties it; the all-reduce
 sums it together with bookkeeping elements (how many gradients went in, their
-summed staleness, which processes were fresh, each process's vote for the
-initiator), so the statistics travel in the same collective. A process waits
+summed staleness as rounds between step and round, their summed age as rounds
+completed since the step started, which processes were fresh, each process's
+vote for the initiator), so the statistics travel in the same collective. A process waits
 after arriving at step ``r`` only until round ``r`` is complete, then reads the
 receive buffer, which holds the latest round's result (paper §5: a process that
 lags more than one round sees only the latest one).
@@ -73,15 +78,21 @@ def majority_initiator(seed: int, round_: int, world: int) -> int:
 
 @dataclass
 class RoundRecord:
-    """What one executed round carried: its index, the gradients that went in, their staleness
-    (rounds between computing and contributing, summed), which processes were fresh, and the initiator."""
+    """What one executed round carried: its index, the gradients that went in, their staleness (rounds
+    between the step and this round, summed), their age (rounds completed between the step's start and this
+    round, summed: the version staleness), which processes were fresh, and the initiator. ``woke_s`` is when
+    this process's progress thread saw the round activated, ``done_s`` when it completed (seconds after
+    the schedule's start)."""
 
     round: int
     gradients: int
     staleness_sum: int
+    age_sum: int
     fresh: list[int]
     initiator: int | None
     votes_agree: bool
+    synchronous: bool
+    woke_s: float
     done_s: float
 
     @property
@@ -112,6 +123,8 @@ class PartialAllreduce:
         Seconds any single wait may take.
     prefix : str
         Namespace of this schedule's store keys.
+    sync_every : int
+        The limiter: every ``sync_every``-th round is activated as ``full`` (0: never).
 
     Examples
     --------
@@ -122,24 +135,28 @@ class PartialAllreduce:
     """
 
     def __init__(self, store, progress_store, group, rank: int, world: int, numel: int, mode: str, seed: int,
-                 rounds: int, timeout: float, prefix: str = "eager"):
+                 rounds: int, timeout: float, prefix: str = "eager", sync_every: int = 0):
         if mode not in MODES:
             raise PartialCollectiveError(f"mode must be one of {', '.join(map(repr, MODES))}, got {mode!r}")
+        if isinstance(sync_every, bool) or not isinstance(sync_every, int) or sync_every < 0:
+            raise PartialCollectiveError(f"sync_every must be a whole number of rounds ≥ 0, got {sync_every!r}")
         import torch
         self.store, self.progress_store, self.group = store, progress_store, group
         self.rank, self.world = rank, world
         self.numel, self.mode, self.seed, self.rounds, self.timeout = numel, mode, seed, rounds, timeout
-        self.prefix = prefix
+        self.prefix, self.sync_every = prefix, sync_every
         self._send = torch.zeros(numel, dtype=torch.float32)
-        self._steps: list[int] = []          # the step of every gradient now in the send buffer
+        self._steps: list[tuple[int, int]] = []  # (step, rounds its model held) of every gradient buffered
         self._cond = threading.Condition()
         self.completed = -1                  # last round finished
         self.latest = None                   # receive buffer: the latest round's summed vector
         self.records: list[RoundRecord] = []
         self.initiated: list[int] = []       # rounds this process activated
+        self.activated_s: dict[int, float] = {}  # when it activated them (seconds after the start)
         self.reduced_sum = torch.zeros(numel, dtype=torch.float64)  # every round's sum, for accounting
         self.error: BaseException | None = None
         self.max_staleness = 0               # of the gradients this process contributed
+        self.max_age = 0
         self.t0 = time.perf_counter()        # records' times are seconds after this
         self._thread = threading.Thread(target=self._progress, name="dlsched-partial-allreduce", daemon=True)
 
@@ -153,27 +170,42 @@ class PartialAllreduce:
 
     # -- the training loop's side ----------------------------------------------------------------
 
-    def arrive(self, step: int, grad) -> None:
-        """Put the gradient of ``step`` into the send buffer and activate round ``step`` if this process may."""
+    def round_mode(self, round_: int) -> str:
+        """How round ``round_`` is activated: the schedule's mode, or ``full`` on the limiter's rounds."""
+        if self.sync_every and (round_ + 1) % self.sync_every == 0:
+            return "full"
+        return self.mode
+
+    def arrive(self, step: int, grad, version: int | None = None) -> None:
+        """Put the gradient of ``step`` into the send buffer and activate round ``step`` if this process may.
+
+        ``version``: how many rounds the model that computed ``grad`` held
+        (the latest round applied + 1); by default ``step``, an up-to-date model.
+        """
         with self._cond:
             self._send += grad.to(self._send.dtype)
-            self._steps.append(step)
+            self._steps.append((step, step if version is None else version))
             done = self.completed >= step
         if done or step >= self.rounds:
             return  # round already ran: this gradient goes into the next one
+        mode = self.round_mode(step)
         try:
-            if self.mode == "solo":
-                if self.store.add(self._key(step), 1) == 1:
-                    self.initiated.append(step)
-            elif self.mode == "majority":
-                if majority_initiator(self.seed, step, self.world) == self.rank:
-                    self.initiated.append(step)
+            t = time.perf_counter() - self.t0
+            if mode == "solo":
+                first = self.store.add(self._key(step), 1) == 1
+            elif mode == "majority":
+                first = majority_initiator(self.seed, step, self.world) == self.rank
+                if first:
                     self.store.add(self._key(step), 1)
-            elif self.store.add(f"{self.prefix}/arrived/{step}", 1) == self.world:  # full: the last one
-                self.initiated.append(step)
-                self.store.add(self._key(step), 1)
+            else:
+                first = self.store.add(f"{self.prefix}/arrived/{step}", 1) == self.world  # full: the last one
+                if first:
+                    self.store.add(self._key(step), 1)
         except Exception as e:  # the store lives in rank 0: it is gone or stalled
             raise transfer_failure(f"rank {self.rank}: activating round {step} failed", e) from None
+        if first:
+            self.initiated.append(step)
+            self.activated_s[step] = t
 
     def wait_round(self, step: int):
         """Wait until round ``step`` is complete; return ``(r, summed vector)`` of the latest round ``r``."""
@@ -222,19 +254,21 @@ class PartialAllreduce:
         except Exception as e:
             raise transfer_failure(f"rank {self.rank}: round {r} was not activated within {self.timeout:g} s",
                                    e) from None
-        p = self.world
-        vec = torch.zeros(self.numel + 2 + 2 * p, dtype=torch.float32)
+        woke = time.perf_counter() - self.t0
+        p, mode, h = self.world, self.round_mode(r), 3  # h: the head of the tail (count, staleness, age)
+        vec = torch.zeros(self.numel + h + 2 * p, dtype=torch.float32)
         with self._cond:
             vec[:self.numel] = self._send
             steps, self._steps = self._steps, []
             self._send.zero_()
-        assert all(s <= r for s in steps), (steps, r)  # a gradient never waits for a round before its step
+        assert all(s <= r and v <= r for s, v in steps), (steps, r)  # no gradient waits for a round before its step
         tail = vec[self.numel:]
-        tail[0], tail[1] = len(steps), sum(r - s for s in steps)
-        self.max_staleness = max([self.max_staleness] + [r - s for s in steps])
-        tail[2 + self.rank] = float(r in steps)
-        if self.mode == "majority":
-            tail[2 + p + majority_initiator(self.seed, r, p)] = 1.0
+        tail[0], tail[1], tail[2] = len(steps), sum(r - s for s, _ in steps), sum(r - v for _, v in steps)
+        self.max_staleness = max([self.max_staleness] + [r - s for s, _ in steps])
+        self.max_age = max([self.max_age] + [r - v for _, v in steps])
+        tail[h + self.rank] = float(any(s == r for s, _ in steps))
+        if mode == "majority":
+            tail[h + p + majority_initiator(self.seed, r, p)] = 1.0
         work = dist.all_reduce(vec, group=self.group, async_op=True)
         try:
             work.wait(seconds(self.timeout))
@@ -242,11 +276,11 @@ class PartialAllreduce:
             raise transfer_failure(f"rank {self.rank}: round {r} of the {self.mode} all-reduce failed or timed out "
                                    f"after {self.timeout:g} s", e) from None
         tail = vec[self.numel:].round().to(torch.int64).tolist()
-        votes = tail[2 + p:]
-        initiator = max(range(p), key=votes.__getitem__) if self.mode == "majority" else None
-        rec = RoundRecord(r, tail[0], tail[1], tail[2:2 + p], initiator,
-                          votes_agree=self.mode != "majority" or votes[initiator] == p,
-                          done_s=time.perf_counter() - self.t0)
+        votes = tail[h + p:]
+        initiator = max(range(p), key=votes.__getitem__) if mode == "majority" else None
+        rec = RoundRecord(r, tail[0], tail[1], tail[2], tail[h:h + p], initiator,
+                          votes_agree=mode != "majority" or votes[initiator] == p, synchronous=mode == "full",
+                          woke_s=woke, done_s=time.perf_counter() - self.t0)
         with self._cond:
             self.reduced_sum += vec[:self.numel].to(torch.float64)
             self.latest = vec[:self.numel]

@@ -21,7 +21,8 @@ eager-SGD §7.2.1 (``y = a·x + noise``, ``dim`` inputs, its own shard of
 
 ``model_sync_every=K`` averages the replicas (a synchronous all-reduce of the
 parameters) after every ``K`` steps: partial collectives let replicas drift
-(§5). ``barrier=True`` starts every iteration with a barrier, as the Fig. 9
+(§5). ``sync_every=N`` is the limiter of the authors' code: every ``N``-th
+solo or majority round is synchronous. ``barrier=True`` starts every iteration with a barrier, as the Fig. 9
 micro-benchmark does. Every wait is bounded by ``timeout``; a rank that dies or
 stalls makes every other one exit with code 2 and one ``dlsched: error:`` line
 (:mod:`dlsched.runtime.launcher`).
@@ -89,6 +90,7 @@ class EagerConfig:
     noise: float = 0.1
     seed: int = 0
     model_sync_every: int = 0
+    sync_every: int = 0
     barrier: bool = False
     timeout: float = 30.0
     fail_rank: int | None = None
@@ -122,7 +124,7 @@ class EagerConfig:
         if self.collective not in COLLECTIVES:
             bad.append(f"collective must be one of {', '.join(COLLECTIVES)}, got {self.collective!r}")
         for name, low in (("processes", 2), ("iterations", 1), ("dim", 1), ("batch", 1), ("shard_batches", 1),
-                          ("seed", 0), ("model_sync_every", 0), ("fail_step", 0)):
+                          ("seed", 0), ("model_sync_every", 0), ("sync_every", 0), ("fail_step", 0)):
             whole(name, low)
         for name in ("lr", "noise", "timeout"):
             v = getattr(self, name)
@@ -149,7 +151,17 @@ class EagerConfig:
 
 @dataclass
 class EagerRun:
-    """What a job measured; ``steps_per_s`` counts collectives (rounds of the global model) per second."""
+    """What a job measured; ``steps_per_s`` counts collectives (rounds of the global model) per second.
+
+    ``mean_staleness`` / ``max_staleness`` are the index lag (rounds between a
+    gradient's step and the round that takes it), ``mean_version_staleness`` /
+    ``max_version_staleness`` the model's age (rounds completed between the
+    start of the gradient's step and that round: Lemma 6.1's τ).
+    ``last_arrival_latency_s`` is the mean latency of each step's last process
+    to arrive, which waits for nobody: the collective's own cost in the same
+    job; ``activation_s`` the mean time from a round's activation to the last
+    progress thread seeing it (partial collectives).
+    """
 
     collective: str
     processes: int
@@ -170,6 +182,10 @@ class EagerRun:
     initiators: list
     initiators_agree: bool
     initiators_active: bool
+    mean_version_staleness: float = 0.0
+    max_version_staleness: int = 0
+    last_arrival_latency_s: float = 0.0
+    activation_s: float | None = None
     extra: dict = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict:
@@ -260,7 +276,7 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
     else:
         client = dist.TCPStore(host, int(port), cfg.processes, False, seconds(cfg.timeout))
         pa = PartialAllreduce(store, client, dist.group.WORLD, rank, cfg.processes, numel, cfg.collective, cfg.seed,
-                              cfg.iterations, cfg.timeout)
+                              cfg.iterations, cfg.timeout, sync_every=cfg.sync_every)
     grad_sum = torch.zeros(numel, dtype=torch.float64)
     steps, syncs, applied, missed = [], [], -1, 0
     _barrier(aux, "the start barrier", cfg.timeout, rank)
@@ -290,7 +306,7 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
         else:
             grad = _flat(torch.autograd.grad(loss, params))
             grad_sum += grad.double()
-            pa.arrive(t, grad)
+            pa.arrive(t, grad, version=applied + 1)  # the model of this step holds rounds 0 … applied
             r, latest = pa.wait_round(t)
             if r > applied:
                 with torch.no_grad():
@@ -303,13 +319,14 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
         if cfg.model_sync_every and (t + 1) % cfg.model_sync_every == 0:
             syncs.append(_model_sync(model, aux, cfg, rank, t))
     t_done = time.perf_counter()
-    result = {"rank": rank, "steps": steps, "t_done": t_done - t_start, "syncs": syncs, "grad_sum": grad_sum,
+    result = {"rank": rank, "steps": steps, "t_done": t_done - t_start, "t_start": t_start, "syncs": syncs,
+              "grad_sum": grad_sum,
               "params": _flat([p.data for p in params]).clone()}
     if pa is not None:
         pa.join()
         queued, n_queued = pa.queued()
         result.update(records=[asdict(r) for r in pa.records], initiated=pa.initiated, missed=missed,
-                      max_staleness=pa.max_staleness, reduced_sum=pa.reduced_sum, queued=queued.double(),
+                      activated_s=pa.activated_s, max_staleness=pa.max_staleness, max_age=pa.max_age, reduced_sum=pa.reduced_sum, queued=queued.double(),
                       n_queued=n_queued)
     _leave(store, cfg, rank)
     return result
@@ -367,7 +384,7 @@ def train_allreduce(cfg: EagerConfig, job_timeout: float | None = None, workdir:
                   iteration_s_per_process=[i / cfg.iterations for i in iters],
                   mean_iteration_s=sum(iters) / len(iters) / cfg.iterations,
                   mean_latency_s=sum(lat) / len(lat), final_loss=final, replica_spread=spread,
-                  extra={"results": res})
+                  last_arrival_latency_s=_last_arrival_latency(res), extra={"results": res})
     if cfg.collective == "ddp":
         wall = res[0]["steps"][-1][0] + res[0]["steps"][-1][1] + res[0]["steps"][-1][2]
         return EagerRun(wall_s=wall, steps_per_s=cfg.iterations / wall, mean_nap=float(cfg.processes),
@@ -384,10 +401,13 @@ def train_allreduce(cfg: EagerConfig, job_timeout: float | None = None, workdir:
                     nap=[sum(r["fresh"]) for r in recs],
                     mean_staleness=sum(r["staleness_sum"] for r in recs) / max(grads, 1),
                     max_staleness=max(r["max_staleness"] for r in res),
+                    mean_version_staleness=sum(r["age_sum"] for r in recs) / max(grads, 1),
+                    max_version_staleness=max(r["max_age"] for r in res), activation_s=_activation(res),
                     missed_rate=missed / (cfg.processes * cfg.iterations),
                     queued_at_end=sum(r["n_queued"] for r in res), initiators=initiators,
                     initiators_agree=_agree(cfg, res),
-                    initiators_active=all(i is not None and rec["fresh"][i] for rec, i in zip(recs, initiators)),
+                    initiators_active=all(i is not None and rec["fresh"][i] for rec, i in zip(recs, initiators)
+                                          if not rec["synchronous"] or cfg.collective != "majority"),
                     **common)
 
 
@@ -441,11 +461,37 @@ def compare_collectives(collectives, processes: int, iterations: int, imbalance:
 
 def _agree(cfg, res) -> bool:
     """Every process saw the same rounds; majority: every vote named the same initiator; else one initiator a round."""
-    same = all([{k: v for k, v in rec.items() if k != "done_s"} for rec in r["records"]] ==
-               [{k: v for k, v in rec.items() if k != "done_s"} for rec in res[0]["records"]] for r in res)
+    def shared(rec):  # what every process must agree on (its own clock's readings aside)
+        return {k: v for k, v in rec.items() if k not in ("done_s", "woke_s")}
+    same = all([shared(rec) for rec in r["records"]] == [shared(rec) for rec in res[0]["records"]] for r in res)
     if cfg.collective == "majority":
         return same and all(rec["votes_agree"] for r in res for rec in r["records"])
     return same and sorted(t for r in res for t in r["initiated"]) == list(range(cfg.iterations))
+
+
+def _last_arrival_latency(res) -> float:
+    """Mean over steps of the latency of the process that arrived last (its wait is the collective alone).
+
+    Arrival times compare across ranks: ``time.perf_counter`` is the host's
+    monotonic clock, shared by the local processes.
+    """
+    lat = []
+    for t in range(len(res[0]["steps"])):
+        arrive = [r["t_start"] + r["steps"][t][0] + r["steps"][t][1] for r in res]
+        last = max(range(len(res)), key=arrive.__getitem__)
+        lat.append(res[last]["steps"][t][2])
+    return sum(lat) / len(lat)
+
+
+def _activation(res) -> float | None:
+    """Mean seconds from a round's activation (the initiator's store ``add``) until the last progress thread
+    woke to it, over the rounds whose activation was timed."""
+    gaps = []
+    for r in res:
+        for round_, t in r["activated_s"].items():
+            woke = max(o["t_start"] + o["records"][round_]["woke_s"] for o in res)
+            gaps.append(woke - (r["t_start"] + t))
+    return sum(gaps) / len(gaps) if gaps else None
 
 
 def _initiators(cfg, res) -> list:
