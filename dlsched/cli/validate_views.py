@@ -1,4 +1,5 @@
-"""Tables of ``dlsched validate``: one per order, then the link models side by side."""
+"""Tables of ``dlsched validate``: one per order, a verdict line per order on its throughput ratio, then the link
+models side by side."""
 from __future__ import annotations
 
 from .common import column_table, console, fmt_seconds, key_value_table
@@ -10,6 +11,23 @@ def _pct(x) -> str:
 
 def _num(x, fmt="{:.3f}") -> str:
     return "-" if x is None or x != x else fmt.format(x)
+
+
+def _with_ci(x, ci, fmt="{:.3f}", ci_fmt="{:.2f}") -> str:
+    """``1.613 [1.55, 1.67]``: a figure and its interval, when there is one."""
+    if not ci:
+        return _num(x, fmt)
+    return f"{_num(x, fmt)} [{_num(ci[0], ci_fmt)}, {_num(ci[1], ci_fmt)}]"
+
+
+def _verdict_line(name: str, r: dict, level: float, target: float) -> str:
+    """``tac/random: predicted 1.748, measured 1.613, error +0.135 (95% interval +0.07 … +0.20): outside …``."""
+    lo, hi = r["ratio_error_ci"]
+    verdict = {"within": f"within the ±{target:g} target", "outside": f"outside the ±{target:g} target",
+               "undecided": f"undecided: the interval spans the ±{target:g} target; more --iterations narrow it"}
+    return (f"{name}/random: predicted {_num(r['predicted_ratio'])}, measured {_num(r['measured_ratio'])}, "
+            f"error {_num(r['ratio_error'], '{:+.3f}')} ({level * 100:g}% interval {_num(lo, '{:+.2f}')} … "
+            f"{_num(hi, '{:+.2f}')}): {verdict[r['ratio_verdict']]}")
 
 
 def render(out: dict) -> None:
@@ -33,13 +51,19 @@ def render(out: dict) -> None:
                  _pct(r["mean_error"])),
                 ("iteration time, p95", fmt_seconds(r["measured_p95"]), fmt_seconds(r["predicted_p95"]),
                  _pct(r["p95_error"])),
-                ("throughput / random", _num(r.get("measured_ratio")), _num(r.get("predicted_ratio")),
-                 _num(r.get("ratio_error"), "{:+.3f}")),
+                ("throughput / random", _with_ci(r.get("measured_ratio"), r.get("measured_ratio_ci")),
+                 _with_ci(r.get("predicted_ratio"), r.get("predicted_ratio_ci")),
+                 _with_ci(r.get("ratio_error"), r.get("ratio_error_ci"), "{:+.3f}", "{:+.2f}")),
                 ("straggler share", _num(r["measured_straggler"]), _num(r["predicted_straggler"]), ""),
                 ("E (against U_W, L_W)", eff, _num(r["predicted_efficiency"]), ""),
                 ("E (trace, realised times)", _num(r["trace_efficiency"]), "", "")]
         console.print(column_table(f"order {name} ({r['iterations']} measured iterations)",
                                    ("", "measured", "predicted", "error"), rows, left=("",)))
+    method = out.get("ratio_interval", {})
+    for name, r in out["orders"].items():
+        if "ratio_verdict" in r:
+            console.print(_verdict_line(name, r, method.get("level", 0.95), method.get("target", 0.05)),
+                          soft_wrap=True)  # one line per order, whatever the width
     rows = [(s, _pct(m["max_abs_mean_error"]), _pct(m["mean_abs_mean_error"]), _num(m["max_abs_ratio_error"]))
             for s, m in out["link_models"].items()]
     console.print(column_table("link models (prediction error over the orders)",
