@@ -231,7 +231,7 @@ def test_render_shows_the_intervals_and_the_verdict(monkeypatch, verdict, phrase
         "link_models": {"fair": {"max_abs_mean_error": 0.0, "mean_abs_mean_error": 0.0, "max_abs_ratio_error": 0.135}},
         "replay_fit": {"slope": -1.0, "intercept": 2.0, "r2": 0.9, "points": 40}})
     text = buf.getvalue()
-    assert "1.613 [1.55, 1.67]" in text and "1.748 [1.71, 1.79]" in text and "+0.135 [+0.07, +0.20]" in text
+    assert "95% interval" in text and "[1.55, 1.67]" in text and "[1.71, 1.79]" in text and "[+0.07, +0.20]" in text
     assert (f"tac/random: predicted 1.748, measured 1.613, error +0.135 (95% interval +0.07 … +0.20): {phrase}"
             in text.splitlines())
     assert not any(line.startswith("random/random") for line in text.splitlines())

@@ -13,11 +13,9 @@ def _num(x, fmt="{:.3f}") -> str:
     return "-" if x is None or x != x else fmt.format(x)
 
 
-def _with_ci(x, ci, fmt="{:.3f}", ci_fmt="{:.2f}") -> str:
-    """``1.613 [1.55, 1.67]``: a figure and its interval, when there is one."""
-    if not ci:
-        return _num(x, fmt)
-    return f"{_num(x, fmt)} [{_num(ci[0], ci_fmt)}, {_num(ci[1], ci_fmt)}]"
+def _ci(ci, fmt="{:.2f}") -> str:
+    """``[1.55, 1.67]``: an interval, when there is one."""
+    return f"[{_num(ci[0], fmt)}, {_num(ci[1], fmt)}]" if ci else ""
 
 
 def _verdict_line(name: str, r: dict, level: float, target: float) -> str:
@@ -43,6 +41,8 @@ def render(out: dict) -> None:
          ("bounds U_W / L_W / S", f"{fmt_seconds(out['bounds']['upper'])} / {fmt_seconds(out['bounds']['lower'])}"
                                   f" / {out['bounds']['speedup']:.2f}"),
          ("link model of the tables", out["sharing"])]))
+    method = out.get("ratio_interval", {})
+    level = method.get("level", 0.95)
     for name, r in out["orders"].items():
         eff = _num(r["measured_efficiency"])
         if r["measured_outside_bounds"]:
@@ -51,18 +51,18 @@ def render(out: dict) -> None:
                  _pct(r["mean_error"])),
                 ("iteration time, p95", fmt_seconds(r["measured_p95"]), fmt_seconds(r["predicted_p95"]),
                  _pct(r["p95_error"])),
-                ("throughput / random", _with_ci(r.get("measured_ratio"), r.get("measured_ratio_ci")),
-                 _with_ci(r.get("predicted_ratio"), r.get("predicted_ratio_ci")),
-                 _with_ci(r.get("ratio_error"), r.get("ratio_error_ci"), "{:+.3f}", "{:+.2f}")),
+                ("throughput / random", _num(r.get("measured_ratio")), _num(r.get("predicted_ratio")),
+                 _num(r.get("ratio_error"), "{:+.3f}")),
+                *([(f"  {level * 100:g}% interval", _ci(r["measured_ratio_ci"]), _ci(r["predicted_ratio_ci"]),
+                    _ci(r["ratio_error_ci"], "{:+.2f}"))] if "ratio_error_ci" in r else []),
                 ("straggler share", _num(r["measured_straggler"]), _num(r["predicted_straggler"]), ""),
                 ("E (against U_W, L_W)", eff, _num(r["predicted_efficiency"]), ""),
                 ("E (trace, realised times)", _num(r["trace_efficiency"]), "", "")]
         console.print(column_table(f"order {name} ({r['iterations']} measured iterations)",
                                    ("", "measured", "predicted", "error"), rows, left=("",)))
-    method = out.get("ratio_interval", {})
     for name, r in out["orders"].items():
         if "ratio_verdict" in r:
-            console.print(_verdict_line(name, r, method.get("level", 0.95), method.get("target", 0.05)),
+            console.print(_verdict_line(name, r, level, method.get("target", 0.05)),
                           soft_wrap=True)  # one line per order, whatever the width
     rows = [(s, _pct(m["max_abs_mean_error"]), _pct(m["mean_abs_mean_error"]), _num(m["max_abs_ratio_error"]))
             for s, m in out["link_models"].items()]
