@@ -1,6 +1,7 @@
 """dlsched validate (DESIGN §4.7): the hook's recorded timeline, the comparison, and one small real cluster run."""
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -8,12 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from dlsched.analyses.multiworker_bounds import rate_ops, trace_frame
-from dlsched.analyses.validate import fit_line, iteration_stats, observed_priorities, relative_error
+from dlsched.analyses.validate import (add_ratio_intervals, fit_line, iteration_stats, observed_priorities,
+                                       ratio_error_interval, ratio_interval, ratio_verdict, relative_error)
 from dlsched.jobs.validate_run import pick_rate
 from dlsched.profiling.link import link_from_minima, link_sizes
 from dlsched.profiling.network import LinkMeasurement
@@ -79,6 +82,161 @@ def test_small_figures():
     assert m.bandwidth == pytest.approx(12.5e6, rel=1e-6) and m.latency == pytest.approx(5e-5)
 
 
+TIMES = st.lists(st.floats(0.5, 2.0), min_size=5, max_size=30)
+
+
+def _mean(xs):
+    return sum(xs) / len(xs)
+
+
+@settings(max_examples=40, deadline=None)
+@given(TIMES, TIMES)
+def test_ratio_interval_holds_the_point_estimate(base, times):
+    lo, hi = ratio_interval(base, times)
+    point = _mean(base) / _mean(times)
+    assert lo <= hi
+    assert lo - 1e-9 <= point <= hi + 1e-9
+
+
+@settings(max_examples=40, deadline=None)
+@given(TIMES, TIMES, TIMES, TIMES)
+def test_ratio_error_interval_is_ordered(mb, m, pb, p):
+    lo, hi = ratio_error_interval(mb, m, pb, p)
+    assert lo <= hi
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.floats(0.5, 2.0), st.floats(0.5, 2.0), st.integers(1, 30))
+def test_identical_iterations_give_a_degenerate_interval(b, t, n):
+    lo, hi = ratio_interval([b] * n, [t] * n)
+    assert lo == pytest.approx(b / t, rel=1e-12) and hi == pytest.approx(b / t, rel=1e-12)
+    elo, ehi = ratio_error_interval([b] * n, [t] * n, [b] * n, [t] * n)
+    assert elo == pytest.approx(0, abs=1e-12) and ehi == pytest.approx(0, abs=1e-12)
+
+
+def _around(centre, noise):
+    """Iteration times within ±0.5% of ``centre``."""
+    return [centre * (1 + 0.005 * e) for e in noise]
+
+
+NOISE = st.lists(st.floats(-1, 1), min_size=40, max_size=40)
+
+
+@settings(max_examples=20, deadline=None)
+@given(NOISE, NOISE, NOISE, NOISE)
+def test_verdict_within_for_a_matching_prediction(a, b, c, d):
+    """Measured and predicted ratio 1.25 (each within 1.237…1.263): every resample's error is inside ±0.026."""
+    err = ratio_error_interval(_around(1.0, a), _around(0.8, b), _around(1.0, c), _around(0.8, d))
+    assert ratio_verdict(err) == "within"
+
+
+@settings(max_examples=20, deadline=None)
+@given(NOISE, NOISE, NOISE, NOISE, st.sampled_from([0.6, 1.0]))
+def test_verdict_outside_for_a_wrong_prediction(a, b, c, d, predicted_order):
+    """Measured ratio 1.25 against predicted 1.67 or 1.0: off by 0.2 or more in every resample."""
+    err = ratio_error_interval(_around(1.0, a), _around(0.8, b), _around(1.0, c), _around(predicted_order, d))
+    assert ratio_verdict(err) == "outside"
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.floats(0.5, 1.5), min_size=3, max_size=6))
+def test_verdict_undecided_for_a_noisy_small_sample(base):
+    """A prediction equal to the measurement, but a few iterations 0.5 s apart: the interval spans ±0.05."""
+    assume(max(base) - min(base) >= 0.5)
+    order = [0.8 * t for t in base]
+    err = ratio_error_interval(base, order, base, order)
+    assert err[0] < -0.05 and err[1] > 0.05 and ratio_verdict(err) == "undecided"
+
+
+@pytest.mark.parametrize("interval, verdict", [
+    ([-0.05, 0.05], "within"), ([0.0, 0.0], "within"), ([0.051, 0.3], "outside"), ([-0.3, -0.06], "outside"),
+    ([0.04, 0.06], "undecided"), ([-0.1, 0.1], "undecided"), ([-0.06, 0.0], "undecided"),
+    ([math.nan, math.nan], "undecided")])
+def test_verdict_bounds(interval, verdict):
+    assert ratio_verdict(interval) == verdict
+
+
+def _loop_ratio_interval(base, times, level, resamples, seed):
+    """The bootstrap written out: one resample at a time, the percentile by hand (linear, as numpy's)."""
+    rng = np.random.default_rng(seed)
+    bi = rng.integers(0, len(base), size=(resamples, len(base)))
+    ti = rng.integers(0, len(times), size=(resamples, len(times)))
+    ratios = []
+    for r in range(resamples):
+        b = sum(base[i] for i in bi[r]) / len(base)
+        t = sum(times[i] for i in ti[r]) / len(times)
+        ratios.append(b / t)
+    ratios.sort()
+
+    def pct(q):
+        pos = q / 100 * (len(ratios) - 1)
+        k = math.floor(pos)
+        return ratios[k] + (pos - k) * (ratios[min(k + 1, len(ratios) - 1)] - ratios[k])
+    return [pct(50 * (1 - level)), pct(50 * (1 + level))]
+
+
+def test_bootstrap_equals_the_loop():
+    base, times = [1.0, 1.3, 0.9, 1.1, 1.05], [0.8, 0.7, 0.95, 0.82]
+    for level, resamples, seed in ((0.95, 200, 0), (0.9, 101, 7)):
+        assert ratio_interval(base, times, level, resamples, seed) == pytest.approx(
+            _loop_ratio_interval(base, times, level, resamples, seed), rel=1e-12)
+    pb, pt = [1.0, 1.2, 0.95], [0.7, 0.75, 0.72, 0.71]
+    rng = np.random.default_rng(3)
+    m = [(sum(base[i] for i in bi) / 5) / (sum(times[i] for i in ti) / 4)
+         for bi, ti in zip(rng.integers(0, 5, size=(50, 5)), rng.integers(0, 4, size=(50, 4)))]
+    p = [(sum(pb[i] for i in bi) / 3) / (sum(pt[i] for i in ti) / 4)
+         for bi, ti in zip(rng.integers(0, 3, size=(50, 3)), rng.integers(0, 4, size=(50, 4)))]
+    assert ratio_error_interval(base, times, pb, pt, 0.95, 50, 3) == pytest.approx(
+        list(np.percentile([b - a for a, b in zip(m, p)], [2.5, 97.5])), rel=1e-12)
+
+
+def test_ratio_intervals_on_every_order_but_the_baseline():
+    rows = {"random": {"measured_ratio": 1.0}, "tac": {}}
+    add_ratio_intervals(rows, {"random": ([1.0, 1.1, 0.9], [1.0, 1.05]), "tac": ([0.8, 0.85, 0.75], [0.8, 0.82])})
+    assert rows["random"] == {"measured_ratio": 1.0}
+    tac = rows["tac"]
+    assert set(tac) == {"measured_ratio_ci", "predicted_ratio_ci", "ratio_error_ci", "ratio_verdict"}
+    assert all(len(tac[k]) == 2 and tac[k][0] <= tac[k][1] for k in ("measured_ratio_ci", "predicted_ratio_ci",
+                                                                       "ratio_error_ci"))
+    assert tac["ratio_verdict"] == ratio_verdict(tac["ratio_error_ci"])
+    json.dumps(rows)  # --json emits them as they are
+
+
+def _report_row(mean, **ratio):
+    return {"measured_mean": mean, "predicted_mean": mean, "mean_error": 0.0, "measured_p95": mean,
+            "predicted_p95": mean, "p95_error": 0.0, "measured_straggler": 0.05, "predicted_straggler": 0.04,
+            "measured_efficiency": 0.8, "predicted_efficiency": 0.8, "measured_outside_bounds": 0,
+            "measured_model_error": 0.0, "trace_efficiency": 0.8, "iterations": 20, **ratio}
+
+
+@pytest.mark.parametrize("verdict, phrase", [
+    ("outside", "outside the ±0.05 target"), ("within", "within the ±0.05 target"),
+    ("undecided", "undecided: the interval spans the ±0.05 target; more --iterations narrow it")])
+def test_render_shows_the_intervals_and_the_verdict(monkeypatch, verdict, phrase):
+    from rich.console import Console
+
+    from dlsched.cli import validate_views
+    buf = io.StringIO()
+    monkeypatch.setattr(validate_views, "console", Console(file=buf, width=200, highlight=False))
+    tac = _report_row(0.62, measured_ratio=1.613, predicted_ratio=1.748, ratio_error=0.135,
+                      measured_ratio_ci=[1.55, 1.67], predicted_ratio_ci=[1.71, 1.79], ratio_error_ci=[0.07, 0.2],
+                      ratio_verdict=verdict)
+    validate_views.render({
+        "model": "m", "mode": "inference", "workers": 2, "servers": 1, "batch": 8, "hosts": {"note": "netns"},
+        "cpu": "x", "sharing": "fair", "bounds": {"upper": 1.0, "lower": 0.5, "speedup": 2.0},
+        "oracle": {"compute_per_worker_s": 0.1, "compute": "c", "compute_beside_transfers": "f",
+                   "bandwidth_bytes_per_s": 12.5e6, "latency_s": 1e-4, "transfers": "t"},
+        "ratio_interval": {"level": 0.95, "resamples": 2000, "target": 0.05},
+        "orders": {"random": _report_row(1.0, measured_ratio=1.0, predicted_ratio=1.0, ratio_error=0.0), "tac": tac},
+        "link_models": {"fair": {"max_abs_mean_error": 0.0, "mean_abs_mean_error": 0.0, "max_abs_ratio_error": 0.135}},
+        "replay_fit": {"slope": -1.0, "intercept": 2.0, "r2": 0.9, "points": 40}})
+    text = buf.getvalue()
+    assert "95% interval" in text and "[1.55, 1.67]" in text and "[1.71, 1.79]" in text and "[+0.07, +0.20]" in text
+    assert (f"tac/random: predicted 1.748, measured 1.613, error +0.135 (95% interval +0.07 … +0.20): {phrase}"
+            in text.splitlines())
+    assert not any(line.startswith("random/random") for line in text.splitlines())
+
+
 @pytest.mark.parametrize("args, phrase", [
     (["--orders", "random,bogus"], "--orders"),
     (["--rate", "fast", "--orders", "tac,tac"], "--orders"),
@@ -113,6 +271,11 @@ def test_small_real_cluster_predicted_within_30_percent(tmp_path):
     for name, row in d["orders"].items():
         assert abs(row["mean_error"]) <= 0.30, (name, row)
         assert row["iterations"] == 3
+    tac = d["orders"]["tac"]
+    lo, hi = tac["measured_ratio_ci"]
+    assert lo - 1e-9 <= tac["measured_ratio"] <= hi + 1e-9
+    assert len(tac["predicted_ratio_ci"]) == len(tac["ratio_error_ci"]) == 2
+    assert tac["ratio_verdict"] in ("within", "outside", "undecided") and "ratio_error_ci" not in d["orders"]["random"]
     assert 0.9 * 12.5e6 <= d["oracle"]["bandwidth_bytes_per_s"] <= 1.1 * 12.5e6
     assert (tmp_path / "v.png").stat().st_size > 0
     per_worker, per_it = rate_ops(trace_frame(d["traces"]["tac"]))

@@ -23,7 +23,8 @@ from typing import Callable
 
 from dlsched.analyses.links import DEFAULT_SHARING
 from dlsched.analyses.multiworker_bounds import multiworker_bounds, rate, rate_ops
-from dlsched.analyses.validate import add_throughput_ratios, compare_order, fit_line, iteration_stats
+from dlsched.analyses.validate import (RATIO_LEVEL, RATIO_RESAMPLES, RATIO_TARGET, add_ratio_intervals,
+                                       add_throughput_ratios, compare_order, fit_line, iteration_stats)
 from dlsched.atomic import check_writable
 from dlsched.errors import DlschedError
 from dlsched.formats.chrome_trace import write_chrome_trace
@@ -138,7 +139,10 @@ def report(v: Validation, sharing: str) -> dict:
 
     Per order: measured and predicted mean and p95 iteration time and their
     errors (:func:`~dlsched.analyses.validate.compare_order`), throughput over
-    random (measured, predicted), straggler share, and ``E``: the predicted
+    random (measured, predicted) with 95% bootstrap intervals, the error's
+    interval and its verdict against ±0.05
+    (:func:`~dlsched.analyses.validate.add_ratio_intervals`; the method under
+    ``ratio_interval``), straggler share, and ``E``: the predicted
     and measured iteration times rated against the oracle's multi-worker
     bounds ``U_W``/``L_W`` (a measured time outside them is a model error,
     given with its size), and the measured trace's own ``E`` from its
@@ -166,12 +170,16 @@ def report(v: Validation, sharing: str) -> dict:
                    replayed_mean=iteration_stats(run.replayed[sharing])["mean"])
         rows[name] = row
     add_throughput_ratios(rows)
+    add_ratio_intervals(rows, {name: ([r["iteration_time"] for r in run.measured],
+                                      list(run.predicted[sharing].per_iteration["iteration_time"]))
+                               for name, run in v.runs.items()})
     pts = _fig12_points(v, sharing)  # TicTac Fig. 12a: E of the replayed order against normalised step time
     fig12 = fit_line([e for e, _, _ in pts], [t for _, t, _ in pts])
     total = sum(len(run.measured) for run in v.runs.values())
     return {"model": v.model, "mode": v.mode, "workers": v.workers, "servers": v.servers, "batch": v.batch,
             "threads": v.threads, "hosts": v.hosts, "sharing": sharing, "oracle": v.oracle.describe(),
             "bounds": {"upper": U, "lower": L, "speedup": float(graph_b.speedup)}, "orders": rows,
+            "ratio_interval": {"level": RATIO_LEVEL, "resamples": RATIO_RESAMPLES, "target": RATIO_TARGET},
             "replay_fit": {**fig12, "excluded": total - len(pts)},
             "replay_points": [{"efficiency": e, "normalised_time": t, "order": n} for e, t, n in pts],
             "cpu": cpu_model(), "load_1min": load_average(), "wall_s": v.wall_s}

@@ -55,7 +55,9 @@ def validate(workload, cluster, schedule, outputs, max_work, as_json):
     uses an in-situ oracle: compute profiled with the cluster's threads per
     process, transfers from a gloo measurement of the same link. Per order it
     prints measured and predicted mean and p95 iteration time with the error,
-    throughput over random, straggler share and the efficiency E.
+    throughput over random (with 95% bootstrap intervals, and a verdict line:
+    the predicted ratio within, outside or undecided against ±0.05 of the
+    measured one), straggler share and the efficiency E.
     """
     say = (lambda line: err_console.print(f"[dim]validate:[/] {line}")) if not as_json else (lambda line: None)
     out = answer.validate(workload, cluster, schedule, outputs, max_work=max_work, say=say)

@@ -1,4 +1,5 @@
-"""Tables of ``dlsched validate``: one per order, then the link models side by side."""
+"""Tables of ``dlsched validate``: one per order, a verdict line per order on its throughput ratio, then the link
+models side by side."""
 from __future__ import annotations
 
 from .common import column_table, console, fmt_seconds, key_value_table
@@ -10,6 +11,21 @@ def _pct(x) -> str:
 
 def _num(x, fmt="{:.3f}") -> str:
     return "-" if x is None or x != x else fmt.format(x)
+
+
+def _ci(ci, fmt="{:.2f}") -> str:
+    """``[1.55, 1.67]``: an interval, when there is one."""
+    return f"[{_num(ci[0], fmt)}, {_num(ci[1], fmt)}]" if ci else ""
+
+
+def _verdict_line(name: str, r: dict, level: float, target: float) -> str:
+    """``tac/random: predicted 1.748, measured 1.613, error +0.135 (95% interval +0.07 … +0.20): outside …``."""
+    lo, hi = r["ratio_error_ci"]
+    verdict = {"within": f"within the ±{target:g} target", "outside": f"outside the ±{target:g} target",
+               "undecided": f"undecided: the interval spans the ±{target:g} target; more --iterations narrow it"}
+    return (f"{name}/random: predicted {_num(r['predicted_ratio'])}, measured {_num(r['measured_ratio'])}, "
+            f"error {_num(r['ratio_error'], '{:+.3f}')} ({level * 100:g}% interval {_num(lo, '{:+.2f}')} … "
+            f"{_num(hi, '{:+.2f}')}): {verdict[r['ratio_verdict']]}")
 
 
 def render(out: dict) -> None:
@@ -25,6 +41,8 @@ def render(out: dict) -> None:
          ("bounds U_W / L_W / S", f"{fmt_seconds(out['bounds']['upper'])} / {fmt_seconds(out['bounds']['lower'])}"
                                   f" / {out['bounds']['speedup']:.2f}"),
          ("link model of the tables", out["sharing"])]))
+    method = out.get("ratio_interval", {})
+    level = method.get("level", 0.95)
     for name, r in out["orders"].items():
         eff = _num(r["measured_efficiency"])
         if r["measured_outside_bounds"]:
@@ -35,11 +53,17 @@ def render(out: dict) -> None:
                  _pct(r["p95_error"])),
                 ("throughput / random", _num(r.get("measured_ratio")), _num(r.get("predicted_ratio")),
                  _num(r.get("ratio_error"), "{:+.3f}")),
+                *([(f"  {level * 100:g}% interval", _ci(r["measured_ratio_ci"]), _ci(r["predicted_ratio_ci"]),
+                    _ci(r["ratio_error_ci"], "{:+.2f}"))] if "ratio_error_ci" in r else []),
                 ("straggler share", _num(r["measured_straggler"]), _num(r["predicted_straggler"]), ""),
                 ("E (against U_W, L_W)", eff, _num(r["predicted_efficiency"]), ""),
                 ("E (trace, realised times)", _num(r["trace_efficiency"]), "", "")]
         console.print(column_table(f"order {name} ({r['iterations']} measured iterations)",
                                    ("", "measured", "predicted", "error"), rows, left=("",)))
+    for name, r in out["orders"].items():
+        if "ratio_verdict" in r:
+            console.print(_verdict_line(name, r, level, method.get("target", 0.05)),
+                          soft_wrap=True)  # one line per order, whatever the width
     rows = [(s, _pct(m["max_abs_mean_error"]), _pct(m["mean_abs_mean_error"]), _num(m["max_abs_ratio_error"]))
             for s, m in out["link_models"].items()]
     console.print(column_table("link models (prediction error over the orders)",
