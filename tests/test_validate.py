@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from dlsched.analyses.multiworker_bounds import rate_ops, trace_frame
 from dlsched.analyses.validate import (add_ratio_intervals, fit_line, iteration_stats, observed_priorities,
-                                       ratio_error_interval, ratio_interval, ratio_verdict, relative_error)
+                                       ratio_error_interval, ratio_interval, ratio_verdict, relative_error,
+                                       sample_p95)
 from dlsched.jobs.validate_run import pick_rate
 from dlsched.profiling.link import link_from_minima, link_sizes
 from dlsched.profiling.network import LinkMeasurement
@@ -280,3 +281,20 @@ def test_small_real_cluster_predicted_within_30_percent(tmp_path):
     assert (tmp_path / "v.png").stat().st_size > 0
     per_worker, per_it = rate_ops(trace_frame(d["traces"]["tac"]))
     assert len(per_it) == 3
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.floats(0.1, 10.0), min_size=1, max_size=60), st.integers(1, 30), st.integers(0, 99))
+def test_sample_p95_is_the_mean_p95_of_short_runs(values, n, seed):
+    """The predicted p95 is the statistic a run of n iterations shows: the vectorised draw equals a plain loop."""
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(values), size=(50, n))
+    plain = sum(float(np.percentile([values[i] for i in row], 95)) for row in idx) / 50
+    assert sample_p95(values, n, resamples=50, seed=seed) == pytest.approx(plain, rel=1e-12)
+    assert min(values) - 1e-9 <= sample_p95(values, n, resamples=50, seed=seed) <= max(values) + 1e-9
+
+
+def test_sample_p95_of_20_iterations_sits_below_the_95th_percentile():
+    """A skewed distribution: 20 iterations show a lower p95 than 400 do, which the prediction must match."""
+    times = np.random.default_rng(1).lognormal(0.0, 0.3, 400)
+    assert sample_p95(times, 20) < 0.95 * float(np.percentile(times, 95))

@@ -43,6 +43,31 @@ def iteration_stats(values: Sequence[float]) -> dict:
             "min": float(v.min()), "max": float(v.max())}
 
 
+def sample_p95(values: Sequence[float], n: int, resamples: int = 2000, seed: int = 0) -> float:
+    """The p95 a run of ``n`` iterations would show: the mean of ``numpy.percentile(·, 95)`` over ``resamples``
+    draws of ``n`` of ``values`` (with replacement, seeded).
+
+    A measured p95 of 20 iterations lies between the 19th and 20th of them,
+    near the distribution's 90th percentile; the p95 of the many predicted
+    iterations is the 95th. Compared as they are, a tail makes the prediction
+    look 15–25% slow (TAC inference at ``validate``'s defaults); this is the
+    same statistic on the predicted side.
+
+    Examples
+    --------
+    >>> xs = list(range(1, 401))
+    >>> round(sample_p95(xs, 400) / 380, 2), round(sample_p95(xs, 20) / 380, 2)
+    (1.0, 0.95)
+    >>> sample_p95([2.0] * 5, 3)
+    2.0
+    """
+    v = np.asarray(list(values), dtype=float)
+    if v.size == 0 or n < 1:
+        return math.nan
+    draws = v[np.random.default_rng(seed).integers(0, v.size, size=(resamples, n))]
+    return float(np.percentile(draws, 95, axis=1).mean())
+
+
 def relative_error(predicted: float, measured: float) -> float:
     """``(predicted − measured) / measured``: positive when the prediction is too slow."""
     return (predicted - measured) / measured if measured else math.nan
@@ -216,6 +241,8 @@ def compare_order(measured: Sequence[dict], predicted) -> dict:
     """
     mt = iteration_stats(r["iteration_time"] for r in measured)
     pt = iteration_stats(predicted.per_iteration["iteration_time"])
+    if len(measured) < len(predicted.per_iteration):  # the p95 a run as long as the measured one would show
+        pt["p95"] = sample_p95(predicted.per_iteration["iteration_time"], len(measured))
     ms = iteration_stats(r["straggler_share"] for r in measured)
     ps = iteration_stats(predicted.per_iteration["straggler_share"])
     return {"measured_mean": mt["mean"], "predicted_mean": pt["mean"],
