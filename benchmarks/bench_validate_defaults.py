@@ -1,0 +1,225 @@
+"""``dlsched validate`` at the settings users run (issue 33): the CLI's defaults, 3 repeats, and one beside a CPU hog.
+
+What a user types: ``dlsched validate MODEL --mode M --batch B --orders
+random,tac --json`` with everything else at its default (20 measured
+iterations, 3 warm-up rounds, ``--rate auto``, the ``fair`` link model), for
+``vgg_mid`` and the example transformer, inference and training, at the
+batches of ``bench_validate.py`` (where the balanced rate is one a veth link
+carries on 2 cores). Each configuration runs 3 times on a quiet machine and
+once with a CPU-heavy process beside the cluster (a busy loop on one core,
+started before the command and stopped after it), since that is how users'
+machines are. Through the CLI, as a user runs it.
+
+Also, from each run's measured trace of the ``random`` order (``--trace-out``),
+whether the real unordered send order is a uniform permutation, as the
+simulator draws it: the mean Spearman correlation between a parameter's place
+in the send order and its place in the declaration order (0 for uniform, with
+a standard error of about ``1/√(k(n−1))`` over ``k`` orders of ``n``), and the
+largest z-score of a parameter's mean place.
+
+Targets (issue 33): at the defaults, the median TAC/random error within ±0.05
+and no run beyond ±0.07; the mean iteration time within 10% and the p95 within
+15% in every run; beside the hog, the mean within 10% and the ratio within
+±0.07.
+
+Needs root (network namespaces). Resumable: each run is appended to
+``benchmarks/results/validate_defaults.json`` as it ends; ``--report`` writes
+``validate_defaults.md``. Run under ``flock /tmp/dlsched-heavy.lock``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(REPO))
+OUT = HERE / "results"
+RUNS_FILE = OUT / "validate_defaults.json"
+sys.path.insert(0, str(HERE))
+from bench_validate import BATCH, MODELS, PARTS  # noqa: E402  (the same configurations, at the CLI's defaults)
+REPEATS = 3
+HOG = "import time\nend = time.time() + 3600\nwhile time.time() < end:\n    pass\n"
+
+
+def _load() -> list:
+    return json.loads(RUNS_FILE.read_text()) if RUNS_FILE.exists() else []
+
+
+def _save(runs: list) -> None:
+    from dlsched.atomic import atomic_write_text
+    OUT.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(RUNS_FILE, json.dumps(runs, indent=1) + "\n")
+
+
+def order_check(trace: Path, declared: list[str]) -> dict:
+    """How far the random order's real send orders are from uniform permutations (module docstring)."""
+    place = {n: i for i, n in enumerate(declared)}
+    orders: dict[tuple, list] = {}
+    for e in json.loads(trace.read_text())["traceEvents"]:
+        a = e.get("args", {})
+        if e.get("ph") == "X" and a.get("kind") == "recv" and a.get("priority") is not None:
+            name = e["name"].split(":", 1)[1] if e["name"].startswith("w") and ":" in e["name"] else e["name"]
+            orders.setdefault((a.get("worker"), a.get("iteration"), e["tid"]), []).append((a["priority"], name))
+    rhos, pos = [], {}
+    for seq in orders.values():
+        names = [n for _, n in sorted(seq)]
+        n = len(names)
+        if n < 3:
+            continue
+        d = [place[x] for x in names]
+        ranks = sorted(range(n), key=d.__getitem__)
+        r = [0] * n
+        for k, i in enumerate(ranks):
+            r[i] = k
+        rhos.append(1 - 6 * sum((i - r[i]) ** 2 for i in range(n)) / (n * (n * n - 1)))
+        for i, x in enumerate(names):
+            pos.setdefault(x, []).append(i / (n - 1))
+    if not rhos:
+        return {"orders": 0}
+    k = len(rhos)
+    n = statistics.median(len(v) for v in orders.values())
+    z = [abs(statistics.fmean(v) - 0.5) / math.sqrt(1 / 12 * (n + 1) / (n - 1) / len(v)) for v in pos.values()]
+    return {"orders": k, "transfers_per_order": n, "mean_spearman": statistics.fmean(rhos),
+            "standard_error": 1 / math.sqrt(k * (n - 1)), "max_place_z": max(z), "parameters": len(z)}
+
+
+def one(part: str, hog: bool) -> dict:
+    """One ``dlsched validate`` run at the defaults (with a busy loop beside it when ``hog``)."""
+    from dlsched.importers.loader import load_model
+    from dlsched.machine import cpu_model, load_averages
+    model, mode = part.split("/")
+    batch = BATCH[(model, mode)]
+    with tempfile.TemporaryDirectory(prefix="dlsched-bench-") as tmp:
+        cmd = [str(Path(sys.executable).with_name("dlsched")), "validate", MODELS[model], "--mode", mode,
+               "--batch", str(batch), "--orders", "random,tac", "--trace-out", tmp, "--json"]
+        hog_proc = subprocess.Popen([sys.executable, "-c", HOG]) if hog else None
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=1800)
+        finally:
+            if hog_proc is not None:
+                hog_proc.kill()
+                hog_proc.wait()
+        if proc.returncode != 0:
+            raise SystemExit(f"{part}: dlsched validate exited {proc.returncode}:\n{proc.stderr[-2000:]}")
+        out = json.loads(proc.stdout)
+        graph = load_model(MODELS[model], mode=mode, batch=batch, ps=1)
+        check = order_check(Path(tmp) / "random.trace.json", [r.name for r in graph.recvs()])
+    rows = out["orders"]
+    keep = ("measured_mean", "predicted_mean", "mean_error", "measured_p95", "predicted_p95", "p95_error",
+            "measured_ratio", "predicted_ratio", "ratio_error", "measured_ratio_ci", "predicted_ratio_ci",
+            "ratio_error_ci", "ratio_verdict", "replayed_mean", "measured_straggler", "predicted_straggler")
+    return {"part": part, "hog": hog, "rate": out["hosts"]["rate"], "cpu": cpu_model(), "load": load_averages(),
+            "seconds": time.monotonic() - t0, "link_models": out["link_models"],
+            "orders": {k: {x: v.get(x) for x in keep} for k, v in rows.items()},
+            "compute_beside_transfers": out["oracle"]["compute_beside_transfers"], "order_check": check}
+
+
+def _spread(xs) -> str:
+    xs = [x for x in xs if x is not None]
+    return f"{statistics.median(xs):+.3f} ({min(xs):+.3f}…{max(xs):+.3f})" if xs else "-"
+
+
+def report(runs: list) -> str:
+    from dlsched.machine import cpu_model
+    lines = ["# `dlsched validate` at its defaults (issue 33)", "",
+             f"CPU: {cpu_model()}. `dlsched validate MODEL --mode M --batch B --orders random,tac --json`, everything "
+             "else at its default (20 measured iterations, 3 warm-up rounds, `--rate auto`, fair links); 3 repeats "
+             "per configuration on a quiet machine, and one with a busy loop on one core beside the cluster. Errors "
+             "are predicted less measured, relative for times, absolute for the TAC/random ratio; brackets: the "
+             "run's 95% bootstrap interval of the ratio error; f: the fitted slow-down of compute beside the "
+             "worker's own transfers.", "",
+             "| configuration | run | rate | fitted f | random mean err | TAC mean err | random p95 err | TAC p95 err "
+             "| TAC/random measured | predicted | error [95% interval] | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for part in PARTS:
+        for i, r in enumerate(x for x in runs if x["part"] == part):
+            o, t = r["orders"]["random"], r["orders"]["tac"]
+            ci = t["ratio_error_ci"]
+            f = r["compute_beside_transfers"].split(":")[0]
+            lines.append(f"| {part} | {'hog' if r['hog'] else i + 1} | {r['rate']} | {f} | {o['mean_error']:+.1%} | "
+                         f"{t['mean_error']:+.1%} | {o['p95_error']:+.1%} | {t['p95_error']:+.1%} | "
+                         f"{t['measured_ratio']:.3f} | {t['predicted_ratio']:.3f} | {t['ratio_error']:+.3f} "
+                         f"[{ci[0]:+.2f}, {ci[1]:+.2f}] | {t['ratio_verdict']} |")
+    lines += ["", "## Against the targets", "", "| configuration | median ratio error (quiet runs) | worst run "
+              "| worst mean err | worst p95 err | hog: mean err, ratio err |", "|---|---|---|---|---|---|"]
+    checks = []
+    for part in PARTS:
+        quiet = [x for x in runs if x["part"] == part and not x["hog"]]
+        hog = [x for x in runs if x["part"] == part and x["hog"]]
+        if not quiet:
+            continue
+        errs = [x["orders"]["tac"]["ratio_error"] for x in quiet]
+        means = [e for x in quiet for e in (x["orders"]["random"]["mean_error"], x["orders"]["tac"]["mean_error"])]
+        p95s = [e for x in quiet for e in (x["orders"]["random"]["p95_error"], x["orders"]["tac"]["p95_error"])]
+        med, worst = statistics.median(errs), max(errs, key=abs)
+        h = hog[0] if hog else None
+        hm = max((h["orders"][k]["mean_error"] for k in ("random", "tac")), key=abs) if h else None
+        hr = h["orders"]["tac"]["ratio_error"] if h else None
+        lines.append(f"| {part} | {med:+.3f} | {worst:+.3f} | {max(means, key=abs):+.1%} | {max(p95s, key=abs):+.1%} "
+                     f"| {'-' if h is None else f'{hm:+.1%}, {hr:+.3f}'} |")
+        checks += [(f"{part}: median ratio error within ±0.05", abs(med) <= 0.05),
+                   (f"{part}: every run's ratio error within ±0.07", abs(worst) <= 0.07),
+                   (f"{part}: every mean within 10%", max(abs(e) for e in means) <= 0.10),
+                   (f"{part}: every p95 within 15%", max(abs(e) for e in p95s) <= 0.15)]
+        if h is not None:
+            checks += [(f"{part}, beside a CPU hog: mean within 10%", abs(hm) <= 0.10),
+                       (f"{part}, beside a CPU hog: ratio within ±0.07", abs(hr) <= 0.07)]
+    lines += [""] + [f"- {'PASS' if ok else 'FAIL'} {name}" for name, ok in checks]
+    lines += ["", "## Is the real unordered order uniform?", "",
+              "Per run, over the `random` order's measured iterations (each worker's and server's send order): the "
+              "mean Spearman correlation between a parameter's place in the send order and in the declaration order "
+              "(0 for uniform permutations), its standard error, and the largest z-score of a parameter's mean place.",
+              "", "| configuration | run | orders × transfers | mean Spearman ρ | standard error | max |z| of a place |",
+              "|---|---|---|---|---|---|"]
+    for part in PARTS:
+        for i, r in enumerate(x for x in runs if x["part"] == part):
+            c = r["order_check"]
+            if c.get("orders"):
+                lines.append(f"| {part} | {'hog' if r['hog'] else i + 1} | {c['orders']} × "
+                             f"{c['transfers_per_order']:.0f} | {c['mean_spearman']:+.3f} | {c['standard_error']:.3f} | "
+                             f"{c['max_place_z']:.2f} (of {c['parameters']}) |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--part", choices=PARTS + ["all"], default="all")
+    ap.add_argument("--hog", action="store_true", help="the run beside a CPU hog (once per configuration)")
+    ap.add_argument("--report", action="store_true", help="only write the report from the runs saved")
+    args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so a killed bench stops its CPU hog too
+    if not args.report:
+        if os.geteuid() != 0:
+            print("SKIP: needs root (network namespaces)")
+            return 0
+        for part in PARTS if args.part == "all" else [args.part]:
+            runs = _load()
+            have = [x for x in runs if x["part"] == part and x["hog"] == args.hog]
+            for _ in range((1 if args.hog else REPEATS) - len(have)):
+                r = one(part, args.hog)
+                runs = _load() + [r]
+                _save(runs)
+                t = r["orders"]["tac"]
+                print(f"{part}{' (hog)' if args.hog else ''}: rate {r['rate']}, ratio {t['measured_ratio']:.3f} "
+                      f"measured, {t['predicted_ratio']:.3f} predicted ({t['ratio_error']:+.3f}), random mean "
+                      f"{r['orders']['random']['mean_error']:+.1%}, tac {t['mean_error']:+.1%}; "
+                      f"{r['seconds']:.0f} s", flush=True)
+    from dlsched.atomic import atomic_write_text
+    atomic_write_text(OUT / "validate_defaults.md", report(_load()))
+    print((OUT / "validate_defaults.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
