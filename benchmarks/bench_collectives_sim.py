@@ -90,21 +90,25 @@ def micro(seeds) -> tuple[list, dict]:
     # Majority's figures hang on 64 random initiators per run: the checks take the mean over the seeds.
     nap_m = f["nap"]["majority"]["mean"]
     check(rows, "5 Fig. 9: NAP solo (barrier)", f["nap"]["solo"], f["nap"]["solo"]["max"] == 1.0, "exactly 1.00")
-    check(rows, "5 Fig. 9: NAP majority, mean over seeds (barrier)", f["nap"]["majority"], abs(nap_m - 16) <= 1.5, "16 ± 1.5")
+    check(rows, "5 Fig. 9: NAP majority, mean over seeds (barrier)", f["nap"]["majority"], abs(nap_m - 16) <= 1.5,
+          "16 ± 1.5")
     want = 15.5 + allreduce_ms
     check(rows, "5 Fig. 9: sync latency ms (barrier)", f["latency_ms"]["allreduce"],
           abs(f["latency_ms"]["allreduce"]["median"] / want - 1) <= 0.01, f"{want:.3f} ms ± 1%")
     med = {k: f["latency_ms"][k]["mean"] for k in ALL}
     order = med["solo"] < med["majority"] < med["allreduce"]
-    check(rows, "5 Fig. 9: latency ms solo < majority < sync (barrier; majority shown)", f["latency_ms"]["majority"], order,
+    check(rows, "5 Fig. 9: latency ms solo < majority < sync (barrier; majority shown)", f["latency_ms"]["majority"],
+          order,
           "solo<maj<sync")
     ratio = med["allreduce"] / med["majority"]
     f["sync_over_mean_majority"] = ratio
     check(rows, "5 Fig. 9: sync / mean majority latency (barrier)", {"median": ratio, "mean": ratio, "min": ratio,
                                                             "max": ratio}, 1.8 <= ratio <= 3.0, "[1.8, 3.0] (paper 2.46)")
-    check(rows, "5 Fig. 9: sync/solo (barrier)", f["sync_over_solo"], f["sync_over_solo"]["min"] >= 20, "≥ 20 (paper 53.32)")
+    check(rows, "5 Fig. 9: sync/solo (barrier)", f["sync_over_solo"], f["sync_over_solo"]["min"] >= 20,
+          "≥ 20 (paper 53.32)")
     fr = figs["free-running"]
-    check(rows, "5 Fig. 9: sync/majority (free-running, not gated)", fr["sync_over_majority"], True, "shown for reference")
+    check(rows, "5 Fig. 9: sync/majority (free-running, not gated)", fr["sync_over_majority"], True,
+          "shown for reference")
     figs["allreduce_ms"] = allreduce_ms
     return rows, figs
 

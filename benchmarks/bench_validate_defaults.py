@@ -180,14 +180,16 @@ def report(runs: list) -> str:
               "Per run, over the `random` order's measured iterations (each worker's and server's send order): the "
               "mean Spearman correlation between a parameter's place in the send order and in the declaration order "
               "(0 for uniform permutations), its standard error, and the largest z-score of a parameter's mean place.",
-              "", "| configuration | run | orders × transfers | mean Spearman ρ | standard error | max |z| of a place |",
+              "", "| configuration | run | orders × transfers | mean Spearman ρ | standard error "
+              "| max |z| of a place |",
               "|---|---|---|---|---|---|"]
     for part in PARTS:
         for i, r in enumerate(x for x in runs if x["part"] == part):
             c = r["order_check"]
             if c.get("orders"):
                 lines.append(f"| {part} | {'hog' if r['hog'] else i + 1} | {c['orders']} × "
-                             f"{c['transfers_per_order']:.0f} | {c['mean_spearman']:+.3f} | {c['standard_error']:.3f} | "
+                             f"{c['transfers_per_order']:.0f} | {c['mean_spearman']:+.3f} | "
+                             f"{c['standard_error']:.3f} | "
                              f"{c['max_place_z']:.2f} (of {c['parameters']}) |")
     return "\n".join(lines) + "\n"
 

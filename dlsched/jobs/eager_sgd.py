@@ -22,8 +22,8 @@ eager-SGD §7.2.1 (``y = a·x + noise``, ``dim`` inputs, its own shard of
 ``model_sync_every=K`` averages the replicas (a synchronous all-reduce of the
 parameters) after every ``K`` steps: partial collectives let replicas drift
 (§5). ``sync_every=N`` is the limiter of the authors' code: every ``N``-th
-solo or majority round is synchronous. ``barrier=True`` starts every iteration with a barrier, as the Fig. 9
-micro-benchmark does. Every wait is bounded by ``timeout``; a rank that dies or
+solo or majority round is synchronous. ``barrier=True`` starts every
+iteration with a barrier, as the Fig. 9 micro-benchmark does. Every wait is bounded by ``timeout``; a rank that dies or
 stalls makes every other one exit with code 2 and one ``dlsched: error:`` line
 (:mod:`dlsched.runtime.launcher`).
 
@@ -320,14 +320,13 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
             syncs.append(_model_sync(model, aux, cfg, rank, t))
     t_done = time.perf_counter()
     result = {"rank": rank, "steps": steps, "t_done": t_done - t_start, "t_start": t_start, "syncs": syncs,
-              "grad_sum": grad_sum,
-              "params": _flat([p.data for p in params]).clone()}
+              "grad_sum": grad_sum, "params": _flat([p.data for p in params]).clone()}
     if pa is not None:
         pa.join()
         queued, n_queued = pa.queued()
         result.update(records=[asdict(r) for r in pa.records], initiated=pa.initiated, missed=missed,
-                      activated_s=pa.activated_s, max_staleness=pa.max_staleness, max_age=pa.max_age, reduced_sum=pa.reduced_sum, queued=queued.double(),
-                      n_queued=n_queued)
+                      activated_s=pa.activated_s, max_staleness=pa.max_staleness, max_age=pa.max_age,
+                      reduced_sum=pa.reduced_sum, queued=queued.double(), n_queued=n_queued)
     _leave(store, cfg, rank)
     return result
 
