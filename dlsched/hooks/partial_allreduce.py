@@ -171,10 +171,10 @@ class PartialAllreduce:
     # -- the training loop's side ----------------------------------------------------------------
 
     def round_mode(self, round_: int) -> str:
-        """How round ``round_`` is activated: the schedule's mode, or ``full`` on the limiter's rounds."""
-        if self.sync_every and (round_ + 1) % self.sync_every == 0:
-            return "full"
-        return self.mode
+        """How round ``round_`` is activated: the schedule's mode, or ``full`` on the limiter's rounds (the
+        simulator's rule, :func:`~dlsched.analyses.allreduce_sim.synchronous_round`)."""
+        from dlsched.analyses.allreduce_sim import synchronous_round
+        return "full" if synchronous_round(self.mode, round_, self.sync_every) else self.mode
 
     def arrive(self, step: int, grad, version: int | None = None) -> None:
         """Put the gradient of ``step`` into the send buffer and activate round ``step`` if this process may.
