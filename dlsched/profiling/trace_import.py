@@ -45,9 +45,6 @@ trace units that matched nothing. Times are Chrome-trace microseconds → s.
 """
 from __future__ import annotations
 
-import gzip
-import json
-import math
 import re
 import statistics
 from collections import Counter
@@ -58,11 +55,9 @@ import numpy as np
 import pandas as pd
 
 from dlsched.dag import Graph
-from dlsched.errors import DlschedError
 
 
-class TraceError(DlschedError):
-    """A trace file is unreadable or not a Chrome/TF trace."""
+from dlsched.formats.kineto_trace import TraceError  # noqa: F401  (re-exported: raised by this module)
 
 
 @dataclass
@@ -146,41 +141,9 @@ def read_trace_events(path: str | Path) -> list[dict]:
     >>> [(e["name"], e["ts"], e["dur"]) for e in read_trace_events(p)]
     [('conv', 10.0, 5.0)]
     """
-    path = Path(path)
-    try:
-        raw = path.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-        doc = json.loads(raw.decode("utf-8"))
-    except FileNotFoundError:
-        raise TraceError(f"{path}: no such trace file") from None
-    except IsADirectoryError:
-        raise TraceError(f"{path}: is a directory, not a trace file") from None
-    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise TraceError(f"{path}: cannot read the trace, not a JSON trace file ({type(e).__name__}: "
-                         f"{str(e)[:120]}); expected Chrome-trace JSON such as a PyTorch profiler trace "
-                         "(export_chrome_trace) or a TF timeline") from None
-    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
-    if not isinstance(events, list):
-        raise TraceError(f"{path}: not a Chrome trace (expected a list of events or an object with a "
-                         "'traceEvents' list)")
-    out = []
-    for ev in events:
-        if not isinstance(ev, dict) or ev.get("ph") != "X":
-            continue
-        try:
-            ts, dur = float(ev["ts"]), float(ev.get("dur", 0))
-        except (KeyError, TypeError, ValueError):
-            continue
-        if not (math.isfinite(ts) and math.isfinite(dur)):
-            continue
-        if dur < 0:
-            raise TraceError(f"{path}: event {ev.get('name', '?')!r} at ts={ts:g} has a negative duration "
-                             f"({dur:g} us); the trace is corrupt")
-        out.append({**ev, "ts": ts, "dur": dur})
-    if not out:
-        raise TraceError(f"{path}: the trace holds no complete ('ph': 'X') events with ts/dur")
-    return out
+    from dlsched.formats.kineto_trace import complete_events
+
+    return complete_events(path)
 
 
 def load_trace(path: str | Path) -> list[dict]:
@@ -191,7 +154,7 @@ def load_trace(path: str | Path) -> list[dict]:
     TraceError
         As :func:`read_trace_events`, or no complete event has a name.
     """
-    out = [e for e in read_trace_events(path) if isinstance(e.get("name"), str)]
+    out = [e for e in read_trace_events(path) if e.get("name")]
     if not out:
         raise TraceError(f"{path}: the trace holds no named complete ('ph': 'X') events")
     return out
