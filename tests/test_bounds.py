@@ -86,7 +86,7 @@ def test_trace_makespan(tmp_path):
 
 
 @pytest.mark.parametrize("content,needle", [
-    ("not json", "cannot read"),
+    ("not json", "not a json trace file"),
     (json.dumps({"foo": 1}), "not a chrome trace"),
     (json.dumps({"traceEvents": [{"ph": "i", "ts": 1}]}), "no complete"),
 ])

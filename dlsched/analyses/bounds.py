@@ -233,5 +233,12 @@ def trace_makespan(path: str | Path) -> float:
     # Imported here: the trace reader's module pulls in pandas, which bounds alone does not need.
     from dlsched.profiling.trace_import import read_trace_events
 
+    from dlsched.formats.kineto_trace import TraceError
+
     events = read_trace_events(path)
-    return (max(e["ts"] + e["dur"] for e in events) - min(e["ts"] for e in events)) * 1e-6
+    span = (max(e["ts"] + e["dur"] for e in events) - min(e["ts"] for e in events)) * 1e-6
+    if not math.isfinite(span):
+        raise TraceError(f"{path}: the trace's span overflows (its timestamps or durations reach "
+                         f"{max(abs(e['ts']) + e['dur'] for e in events):.3g} us, past what a float holds as a "
+                         "difference); the trace is corrupt")
+    return span

@@ -83,6 +83,7 @@ def bounds(model: ModelSpec, oracle: OracleSpec, makespan: float | None = None,
         b, dep = model_bounds(graph, times), dependency_bound(graph, times)
         if trace is not None:
             makespan = trace_makespan(trace)
+            _check_span(trace, makespan, graph, b)
         figures = {"model": graph.name, "mode": graph.mode, "upper": b.upper, "lower": b.lower,
                    "speedup": b.speedup, "loads": dict(b.loads), "dependency_lower": dep.lower,
                    "dependency_resource": dep.resource, "critical_path": dep.critical_path}
@@ -96,3 +97,21 @@ def bounds(model: ModelSpec, oracle: OracleSpec, makespan: float | None = None,
             figures.update(trace=rated.summary(), per_iteration=rated.per_iteration.to_dict(orient="records"),
                            per_worker=rated.per_worker.to_dict(orient="records"))
     return BoundsReport(figures, b, rating, dep_rating, rated)
+
+
+def _check_span(trace, span: float, graph, b) -> None:
+    """Refuse a trace whose span is shorter than the model's busiest compute resource.
+
+    No run of the model under its oracle computes faster than that, so the trace
+    is of another model or run; rating it would print a model error as if the
+    figures were comparable.
+    """
+    from dlsched.formats.kineto_trace import TraceError
+
+    compute = {op.resource for op in graph.compute_ops()}
+    busiest = max((b.loads[r] for r in compute if r in b.loads), default=0.0)
+    if span < busiest * (1 - 1e-9):
+        raise TraceError(f"{trace}: the trace spans {span:.6g} s, less than the {busiest:.6g} s that model "
+                         f"{graph.name!r} computes on one resource under this oracle, so it is not a trace of this "
+                         "model's iteration (another model, a shorter run, or an oracle of another device). Give a "
+                         "trace of this model, or rate a measured time with --makespan")

@@ -57,6 +57,9 @@ def plan_cluster(model, oracle, algo, trace_path, scaling, servers, max_work, as
     from dlsched.answers.plan_cluster import plan_cluster as answer
 
     need_oracle(model, oracle, "the time oracle that gives T_C and R_O")
+    if trace_path is not None and not model.given:
+        raise click.UsageError("--trace gives R_O from a measured iteration of MODEL: give MODEL with --oracle "
+                               "too (without MODEL, give --overhead-ratio).")
     plan = answer(model, oracle, scaling, servers, algo, trace_path, max_work)
     if as_json:
         emit_json(plan.to_dict())

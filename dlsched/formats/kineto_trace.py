@@ -42,12 +42,19 @@ class TraceError(DlschedError):
 
 #: The most text a trace may inflate to. Past it the file is refused as a gzip bomb or a trace too
 #: large for one process; ``DLSCHED_MAX_TRACE_BYTES`` raises it.
-MAX_TRACE_BYTES = 4 * 2**30
+MAX_TRACE_BYTES = 2 * 2**30
+#: A gzip that inflates more than this many times its size, past :data:`BOMB_FLOOR` bytes, is a bomb:
+#: Kineto traces compress 10–30×; a bomb is refused before it fills memory or the disk cache.
+MAX_GZIP_RATIO = 200
+BOMB_FLOOR = 64 * 2**20
 #: The longest single event (or header value) in characters; real events are well under 100 kB.
 MAX_EVENT_CHARS = 16 * 2**20
 #: The deepest nesting of brackets in one event; traces nest arguments a few levels deep.
 MAX_DEPTH = 64
 _CHUNK = 4 * 2**20
+_GZ_CHUNK = 256 * 2**10  # compressed bytes per read: small, so the bomb check sees the true ratio early
+#: Timestamps and durations beyond this (microseconds, about 30,000 years) are corruption, not time.
+MAX_TIME_US = 1e18
 
 #: Arguments kept per event (everything else is dropped while streaming). Shapes and types for
 #: matching ops; the collective's description from ``record_param_comms`` and NCCL kernels.
@@ -126,15 +133,17 @@ class _Text:
             return self.f.read(_CHUNK)
         out = b""
         while not out:
-            data = self.inflate.unconsumed_tail or self.f.read(_CHUNK)
-            if not data:
-                if not self.inflate.eof:
+            if self.inflate.eof:  # a member ended: another may follow (gzip allows several)
+                rest = self.inflate.unused_data
+                self.inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                data = rest or self.f.read(_GZ_CHUNK)
+                if not data:
+                    return b""
+            else:
+                data = self.inflate.unconsumed_tail or self.f.read(_GZ_CHUNK)
+                if not data:
                     raise TraceError(f"{self.path}: the gzip stream ends early: the file is truncated "
                                      "(an interrupted copy or export?)")
-                return b""
-            if self.inflate.eof:  # a second gzip member follows the first
-                data = self.inflate.unused_data + data
-                self.inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
             try:
                 out = self.inflate.decompress(data, _CHUNK)
             except zlib.error as e:
@@ -151,6 +160,11 @@ class _Text:
         except OSError as e:
             raise TraceError(f"{self.path}: cannot read the trace ({e})") from None
         self.read += len(raw)
+        if self.gzip and self.read > BOMB_FLOOR and self.read > MAX_GZIP_RATIO * max(self.f.tell(), 1):
+            raise TraceError(
+                f"{self.path}: {self.f.tell() / 2**20:.1f} MiB of gzip already inflate to {self.read / 2**20:.0f} MiB "
+                f"of text, more than {MAX_GZIP_RATIO}× (traces compress 10–30×): a gzip bomb, not a trace; refused "
+                "before it fills memory")
         if self.read > self.max_bytes:
             raise TraceError(
                 f"{self.path}: the trace inflates past {self.max_bytes / 2**30:.1f} GiB of text (a gzip bomb, or "
@@ -329,9 +343,15 @@ class _Columns:
             stream_a(stream)
             args_a(kept)
 
-    def frame(self) -> pd.DataFrame:
+    def frame(self, path: Path) -> pd.DataFrame:
         ts = np.asarray(self.ts, dtype=float)
         dur = np.asarray(self.dur, dtype=float)
+        bad = np.flatnonzero((np.abs(ts) > MAX_TIME_US) | (dur > MAX_TIME_US))
+        if len(bad):
+            i = int(bad[0])
+            raise TraceError(f"{path}: event {self.name[i]!r} has ts={ts[i]:.3g} us and dur={dur[i]:.3g} us, past "
+                             f"{MAX_TIME_US:.0e} us (some 30,000 years), so its span would overflow every figure "
+                             "built on it; the trace is corrupt")
         df = pd.DataFrame({
             "name": self.name, "cat": self.cat, "pid": self.pid, "tid": self.tid, "ts": ts, "dur": dur,
             "end": ts + dur, "correlation": np.asarray(self.corr, dtype=np.int64),
@@ -427,7 +447,7 @@ def read_kineto(path: str | Path, max_bytes: int | None = None,
     if not saw_events:
         raise TraceError(f"{path}: not a Chrome trace (expected a list of events or an object with a "
                          "'traceEvents' list)")
-    events = cols.frame()
+    events = cols.frame(path)
     if events.empty:
         raise TraceError(f"{path}: the trace holds no complete ('ph': 'X') events with ts/dur")
     dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}

@@ -76,8 +76,10 @@ def lemma_inputs(graph: Graph, times: Mapping[str, float], algo: str = "tac",
     Notes
     -----
     ``R_O = T_O / T_C`` with ``T_O = m − T_C``: whatever part of the iteration
-    ``m`` computation did not fill is overhead it could not hide. A makespan
-    below ``T_C`` (a trace of another run) is clipped to ``R_O = 0`` and said so.
+    ``m`` computation did not fill is overhead it could not hide. A measured
+    makespan below ``T_C`` is refused: no run of this model under this oracle
+    computes in less than ``T_C``, so the trace is of another model or run (or
+    the oracle of another device), and ``R_O = 0`` would promise perfect scaling.
     """
     from dlsched.analyses.properties import check_times
 
@@ -98,7 +100,13 @@ def lemma_inputs(graph: Graph, times: Mapping[str, float], algo: str = "tac",
     else:
         m = measured_makespan
         sources["makespan"] = makespan_source or "measured"
+        if not m >= T_C * (1 - 1e-9):
+            raise DlschedError(
+                f"the measured iteration ({sources['makespan']}) lasts {m:.6g} s, less than the {T_C:.6g} s of "
+                f"computation that model {graph.name!r} needs under this oracle, so no overhead ratio can be formed "
+                "from it: the trace is of another model or run, or the oracle was measured on another device. "
+                "Give a trace of this model's iteration, profile the oracle on the traced device, or give "
+                "--overhead-ratio by hand")
     T_O = m - T_C
-    sources["overhead_ratio"] = "(iteration − T_C) / T_C" + ("; the iteration is shorter than T_C, so 0"
-                                                             if T_O < 0 else "")
+    sources["overhead_ratio"] = "(iteration − T_C) / T_C"
     return LemmaInputs(T_C, S_p, float(m), max(0.0, T_O / T_C), sources)
