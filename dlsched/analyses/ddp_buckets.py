@@ -3,9 +3,8 @@
 One iteration is simulated with every transfer free (:func:`~.simulate.simulate`);
 a gradient is produced when its send op becomes ready, which gives backward's
 production order and times. Gradients are packed in that order into buckets
-of at most ``bucket_bytes`` (a bucket closes once it reaches the cap, as DDP's
-``bucket_cap_mb``, default 25 MiB, does); a bucket is ready when its last
-gradient is. The oracle's transfer ops were timed ``latency + bytes/bandwidth``
+as DDP packs them once it has rebuilt its buckets after the first iteration
+(:func:`bucket_assignment`); a bucket is ready when its last gradient is. The oracle's transfer ops were timed ``latency + bytes/bandwidth``
 (``dlsched profile``), so a least-squares line through them gives α and β.
 
 Examples
@@ -22,7 +21,7 @@ Examples
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -34,10 +33,60 @@ from .simulate import simulate
 
 #: DDP's default bucket cap (``bucket_cap_mb=25``).
 DEFAULT_BUCKET_BYTES = 25 * 1024**2
+#: DDP's cap on its first bucket (``torch.distributed._DEFAULT_FIRST_BUCKET_BYTES``): the first gradients
+#: ready leave early, so the network starts while backward is young. torch 2.13 applies it only while
+#: ``bucket_cap_mb`` is left at its default; a ``bucket_cap_mb`` given by hand caps the first bucket too.
+FIRST_BUCKET_BYTES = 1024**2
 
 
-def step_shape(graph: Graph, times: Mapping[str, float], bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> StepShape:
-    """Forward + backward time and the gradient buckets of one process's step.
+def bucket_assignment(sizes: Sequence[int], bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+                      first_bucket_bytes: int = FIRST_BUCKET_BYTES) -> list[list[int]]:
+    """DDP's buckets over gradients of ``sizes`` bytes, given in gradient-ready order.
+
+    The rule of ``compute_bucket_assignment_by_size`` in torch's reducer, as DDP
+    applies it when it rebuilds its buckets after the first iteration: gradients
+    join the open bucket in order, a parameter is never split, and a bucket closes
+    as soon as its bytes reach its limit, which is ``first_bucket_bytes`` for the
+    first bucket and ``bucket_bytes`` for every later one. What is left at the end
+    is the last bucket. (DDP also keeps dtypes and devices apart; a DAG's
+    gradients share both.)
+
+    Parameters
+    ----------
+    sizes : sequence of int
+        Gradient bytes, first ready first.
+    bucket_bytes, first_bucket_bytes : int
+        ``bucket_cap_mb`` in bytes, and the first bucket's cap.
+
+    Returns
+    -------
+    list of list of int
+        Indices into ``sizes``, bucket by bucket in launch order.
+
+    Examples
+    --------
+    ResNet-18's fc (bias, then weight) is ready first and fills the 1 MiB first bucket alone:
+
+    >>> [len(b) for b in bucket_assignment([4_000, 2_048_000, 1_000_000, 30_000_000, 5], 25 * 2**20)]
+    [2, 2, 1]
+    """
+    if bucket_bytes <= 0 or first_bucket_bytes <= 0:
+        raise DlschedError(f"bucket caps must be positive, got {first_bucket_bytes} and {bucket_bytes} bytes")
+    buckets, open_, size, limit = [], [], 0, first_bucket_bytes
+    for i, b in enumerate(sizes):
+        open_.append(i)
+        size += int(b)
+        if size >= limit:
+            buckets.append(open_)
+            open_, size, limit = [], 0, bucket_bytes
+    if open_:
+        buckets.append(open_)
+    return buckets
+
+
+def step_shape(graph: Graph, times: Mapping[str, float], bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+               first_bucket_bytes: int = FIRST_BUCKET_BYTES) -> StepShape:
+    """Forward + backward time and the gradient buckets of one process's step (:func:`bucket_assignment`).
 
     Raises
     ------
@@ -55,17 +104,9 @@ def step_shape(graph: Graph, times: Mapping[str, float], bucket_bytes: int = DEF
     end = sched.end
     compute_s = max(end[op.name] for op in graph.compute_ops()) if graph.compute_ops() else 0.0
     produced = sorted(sends, key=lambda op: (end[op.name], op.index))
-    offsets, sizes, size, ready = [], [], 0, 0.0
-    for op in produced:
-        size, ready = size + op.bytes, max(ready, end[op.name])
-        if size >= bucket_bytes:
-            offsets.append(ready)
-            sizes.append(size)
-            size = 0
-    if size:
-        offsets.append(ready)
-        sizes.append(size)
-    offsets = [min(o, compute_s) for o in offsets]
+    buckets = bucket_assignment([op.bytes for op in produced], bucket_bytes, min(first_bucket_bytes, bucket_bytes))
+    sizes = [sum(produced[i].bytes for i in b) for b in buckets]
+    offsets = [min(max(end[produced[i].name] for i in b), compute_s) for b in buckets]
     offsets[-1] = compute_s  # the process calls the collective when backward ends
     return StepShape(float(compute_s), tuple(float(o) for o in offsets), tuple(int(s) for s in sizes))
 
