@@ -44,6 +44,7 @@ from __future__ import annotations
 import ast
 import math
 import re
+from collections import deque
 
 import numpy as np
 import pandas as pd
@@ -316,24 +317,21 @@ def collectives(trace: KinetoTrace) -> pd.DataFrame:
     # gloo's worker threads: a backend record standing alone is the execution of a collective queued elsewhere
     queued = [c for c in roots if any(not _BACKEND.match(n) for n, _ in c.members)]
     alone = [c for c in roots if all(_BACKEND.match(n) for n, _ in c.members)]
+    waiting: dict[tuple[str, int], deque] = {}
+    for q in sorted(queued, key=lambda c: c.ts):
+        if not any(_BACKEND.match(n) for n, _ in q.members):
+            qn = next((n for n, _ in q.members if n.startswith("c10d::")), None)
+            if qn is not None:
+                waiting.setdefault((collective_name(qn), _q_size(q)), deque()).append(q)
     kept = list(queued)
-    taken: set[int] = set()
     for b in sorted(alone, key=lambda c: c.ts):
         bname, bargs = b.members[0]
         want, size = collective_name(bname), _arg_dims(bargs, 0)
-        match = None
-        for i, q in enumerate(queued):
-            if i in taken or q.ts > b.ts or q.backend or any(_BACKEND.match(n) for n, _ in q.members):
-                continue
-            qn = [n for n, _ in q.members if n.startswith("c10d::")]
-            if qn and collective_name(qn[0]) == want and _q_size(q) in (size, -1):
-                match = i
-                break
-        if match is None:
-            kept.append(b)
+        line = waiting.get((want, size)) or waiting.get((want, -1))
+        if line and line[0].ts <= b.ts:  # first in, first out
+            line.popleft().backend.append((bname, b.ts, b.end, bargs))
         else:
-            taken.add(match)
-            queued[match].backend.append((bname, b.ts, b.end, bargs))
+            kept.append(b)
     orphans = _attach_kernels(kept, ev)
     rows, unnamed = [], 0
     for c in kept:
