@@ -246,3 +246,34 @@ def test_steps_not_on_every_rank_are_dropped_and_named(slow_job, tmp_path):
         warnings.simplefilter("ignore")
         with pytest.raises(TraceError, match="no ProfilerStep was recorded by every rank"):
             rank_report([read_kineto(folder / "rank0.json"), read_kineto(folder / "rank1.json")])
+
+
+def test_a_collective_missing_on_one_rank_is_unmatched_not_paired(slow_job, tmp_path):
+    folder = tmp_path / "lost"
+    folder.mkdir()
+    for r in (0, 1, 2):
+        doc = json.loads((slow_job / f"rank{r}.json").read_text())
+        if r == 2:  # rank 2's trace lost the first bucket's all-reduce of step 3 (both of its records)
+            step3 = next(e for e in doc["traceEvents"] if e.get("name") == "ProfilerStep#3")
+            lo, hi = step3["ts"], step3["ts"] + step3["dur"]
+            ops = [e for e in doc["traceEvents"] if e.get("name") in ("c10d::allreduce_", "gloo:all_reduce")]
+            first = min(e["ts"] for e in ops if e["name"] == "c10d::allreduce_" and lo <= e["ts"] < hi)
+            gone = [e for e in ops if first <= e["ts"] < hi
+                    and e.get("args", {}).get("Input Dims", [[0]])[0] in ([[527114]], [527114])]
+            assert len(gone) == 2
+            doc["traceEvents"] = [e for e in doc["traceEvents"] if all(e is not g for g in gone)]
+        (folder / f"rank{r}.json").write_text(json.dumps(doc))
+    with pytest.warns(DlschedWarning, match="2 collectives of the compared steps were not found on every rank"):
+        rep = rank_report(read_kineto_dir(folder))
+    assert rep.unmatched[["rank", "step", "elements"]].values.tolist() == [[0, 3, 527114], [1, 3, 527114]]
+    assert len(rep.matches) == 9 and (rep.stragglers["straggler"] == 1).all()
+
+
+def test_a_folder_of_traces_is_checked(tmp_path):
+    with pytest.raises(TraceError, match="not a folder"):
+        read_kineto_dir(tmp_path / "nowhere")
+    with pytest.raises(TraceError, match="no trace files"):
+        read_kineto_dir(tmp_path)
+    (tmp_path / "rank0.json").write_text('{"traceEvents": [')
+    with pytest.raises(TraceError, match="rank0.json"):
+        read_kineto_dir(tmp_path)

@@ -20,7 +20,8 @@ them would count one collective three or four times, so they are linked first:
   unlinked collective of the same name and size queued before it (gloo's work
   queue is first in, first out).
 
-What is left unnamed is not a collective: ``record_param_comms`` named
+Collectives issued together under one coalescing manager nest in one record
+and count as one, as NCCL runs them as one. What is left unnamed is not a collective: ``record_param_comms`` named
 ``wait`` (a ``Work.wait()``), and in older traces its bare records with
 neither a name, a backend record nor a kernel (their count is kept in the
 frame's ``attrs["not_collectives"]``). NCCL kernels whose launch precedes the trace
