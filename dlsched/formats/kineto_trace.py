@@ -510,3 +510,29 @@ def complete_events(path: str | Path) -> list[dict]:
     t = read_kineto(path, keep_args=None)
     cols = ["name", "cat", "pid", "tid", "ts", "dur", "args"]
     return [{k: v for k, v in zip(cols, row)} for row in t.events[cols].itertuples(index=False, name=None)]
+
+
+#: The names of trace files in a folder of per-rank traces.
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+def read_kineto_dir(folder: str | Path, max_bytes: int | None = None) -> list[KinetoTrace]:
+    """Every trace file (``*.json``, ``*.json.gz``) directly in ``folder``, by file name: one per rank.
+
+    Which rank each is, is the analyses' business (``distributedInfo.rank``, else the file name).
+
+    Raises
+    ------
+    TraceError
+        ``folder`` is not a folder, holds no trace file, or one of them is not a readable trace
+        (the message names that file).
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise TraceError(f"{folder}: not a folder; give the folder holding one trace file per rank "
+                         "(torch.profiler's export_chrome_trace or tensorboard_trace_handler output)")
+    files = sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
+    if not files:
+        raise TraceError(f"{folder}: no trace files (*.json, *.json.gz) in this folder; give the folder holding one "
+                         "trace file per rank")
+    return [read_kineto(p, max_bytes=max_bytes) for p in files]
