@@ -309,6 +309,7 @@ def gru_bidirectional(batch: int = 16, seq_len: int = 20):
     return _seeded(RNNClassifier, nn.GRU, bidirectional=True), (torch.randn(batch, seq_len, 32),)
 
 
-FACTORIES = {"resnet50": resnet50, "resnet18": resnet18, "vgg16": vgg16, "transformer": transformer, "small_cnn": small_cnn,
+FACTORIES = {"resnet50": resnet50, "resnet18": resnet18,
+             "vgg16": vgg16, "transformer": transformer, "small_cnn": small_cnn,
              "small_cnn_gap": small_cnn_gap,
              "alexnet": alexnet, "lstm": lstm, "gru_bidirectional": gru_bidirectional}

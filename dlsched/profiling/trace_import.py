@@ -18,30 +18,40 @@ Two matchers, tried in this order:
    ``with_modules=True``/``with_stack=True``, module calls
    (``nn.Module: Conv2d_0``):
 
-   * every op type is normalised (``aten::max_pool2d`` → ``maxpool2d``,
-     ``aten.convolution.default`` → ``convolution``, ``Conv2d`` → ``conv2d``,
-     in-place ``add_`` → ``add``), so a ``Conv2d`` module op also matches an
-     ``aten::conv2d`` event when the trace has no module events;
+   * every op type is mapped to its family through one alias table
+     (:mod:`dlsched.profiling.trace_aliases`: ``aten::cudnn_batch_norm``,
+     ``aten::batch_norm`` and ``native_batch_norm`` are one family; ``Conv2d``,
+     ``aten::miopen_convolution`` and ``aten.convolution.default`` another);
    * per thread, events are nested by time; walking the nesting top-down, the
-     outermost event whose type is one of the DAG's types is a *unit* and its
-     children are not looked at (``nn.Module: Conv2d_0`` hides its
-     ``aten::conv2d``; in training traces ``aten::linear`` is not a DAG type,
-     so its ``aten::t`` and ``aten::addmm`` are units);
+     outermost event whose family is one of the DAG's is a *unit* and its
+     children are not looked at (a module event only when the DAG holds that
+     very module type); units inside an autograd backward node that are forward
+     ops are *recomputes* (activation checkpointing);
    * units are split into iterations at ``ProfilerStep#N`` events, else at the
      outermost module calls (one per forward), else the trace is one iteration;
    * each iteration's units are aligned with the DAG's compute ops in
-     topological order (a longest-common-subsequence alignment on the types,
-     preferring the earliest events); a part that still holds several
-     iterations is aligned window by window, each starting after the last
-     event the previous alignment used;
-   * an op's ``time`` is the minimum over iterations, with median and count.
+     topological order (a longest-common-subsequence alignment on the families,
+     where the recorded shapes agree, preferring the earliest events); a part
+     that still holds several iterations is aligned window by window; each
+     backward node's recomputes are aligned with the forward ops on their own,
+     and their time is added to that op in that iteration (``recompute``);
+   * an op's ``time`` is its GPU time when the trace has kernels (the device
+     events it launched, :mod:`dlsched.profiling.kernel_times`), else its host
+     time; ``host_time`` keeps the host time; both the minimum over iterations.
 
-The file is read by :func:`read_trace_events`, dlsched's one reader of
-Chrome-trace / TF-timeline JSON (``bounds --trace`` measures a makespan with
-it too), so both commands accept and refuse the same files.
+Coverage is reported by op count and by **time**: the matched share of the
+trace's compute-kernel time (host op time in a CPU trace), per step and in all;
+below ``min_coverage`` the trace is refused with the unmatched op types and
+their share of that time.
 
-Coverage is reported: matched ops, unmatched DAG ops (with the reason) and
-trace units that matched nothing. Times are Chrome-trace microseconds → s.
+The file is read by :func:`~dlsched.formats.kineto_trace.read_kineto`,
+dlsched's one reader of Chrome-trace / TF-timeline JSON (``bounds --trace``
+measures a makespan with it too, through :func:`read_trace_events`), so both
+commands accept and refuse the same files.
+
+Unmatched DAG ops are named with the reason (``shapes differ: trace [...] vs DAG
+[...]`` among them), and trace units that matched nothing are counted. Times are
+Chrome-trace microseconds → s.
 """
 from __future__ import annotations
 
@@ -157,16 +167,6 @@ def _name_keys(e: dict) -> list[str]:
     # TF feeds a Placeholder through an _Arg node named _arg_<placeholder>_0_0.
     keys += [m.group(1) for k in keys for m in [_TF_ARG.match(k)] if m]
     return keys
-
-
-def _rows(graph: Graph, samples: dict[str, list[float]]) -> pd.DataFrame:
-    rows = []
-    for op in graph.compute_ops():
-        xs = samples.get(op.name)
-        if xs:
-            rows.append({"op": op.name, "time": min(xs), "runs": len(xs), "median": statistics.median(xs),
-                         "op_type": op.op_type, "resource": op.resource, "source": "trace"})
-    return pd.DataFrame(rows, columns=["op", "time", "runs", "median", "op_type", "resource", "source"])
 
 
 def match_by_name(events: list[dict], graph: Graph, durations: Counter | None = None) -> tuple[dict, Counter, dict]:
