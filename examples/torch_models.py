@@ -5,6 +5,7 @@ the contract of dlsched's MODEL argument ``examples/torch_models.py:resnet50``.
 Weights are randomly initialised with a fixed seed; nothing is downloaded.
 
 - ``resnet50``: ResNet-50 v1.5 (torchvision layout, 25,557,032 parameters)
+- ``resnet18``: ResNet-18 (torchvision layout, BasicBlock, 11,689,512 parameters)
 - ``vgg16``: VGG-16 (configuration D, 138,357,544 parameters)
 - ``transformer``: a 4-layer transformer encoder classifier over token ids
 - ``small_cnn``: a 4-layer CNN for quick tests
@@ -41,7 +42,32 @@ class Bottleneck(nn.Module):
         return self.relu(out + identity)
 
 
+class BasicBlock(nn.Module):
+    """ResNet-18/34's block: two 3×3 convolutions and the identity (or a 1×1 projection when the shape changes)."""
+
+    expansion = 1
+
+    def __init__(self, inplanes: int, planes: int, stride: int = 1, downsample: nn.Module | None = None):
+        super().__init__()
+        self.conv1 = nn.Conv2d(inplanes, planes, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.relu = nn.ReLU(inplace=False)
+        self.downsample = downsample
+
+    def forward(self, x):
+        identity = x
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        if self.downsample is not None:
+            identity = self.downsample(x)
+        return self.relu(out + identity)
+
+
 class ResNet50(nn.Module):
+    block = Bottleneck
+
     def __init__(self, num_classes: int = 1000, layers=(3, 4, 6, 3)):
         super().__init__()
         self.inplanes = 64
@@ -54,22 +80,31 @@ class ResNet50(nn.Module):
         self.layer3 = self._make_layer(256, layers[2], stride=2)
         self.layer4 = self._make_layer(512, layers[3], stride=2)
         self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
-        self.fc = nn.Linear(2048, num_classes)
+        self.fc = nn.Linear(512 * self.block.expansion, num_classes)
 
     def _make_layer(self, planes: int, blocks: int, stride: int = 1) -> nn.Sequential:
-        downsample = None
-        if stride != 1 or self.inplanes != planes * 4:
-            downsample = nn.Sequential(nn.Conv2d(self.inplanes, planes * 4, 1, stride=stride, bias=False),
-                                       nn.BatchNorm2d(planes * 4))
-        layers = [Bottleneck(self.inplanes, planes, stride, downsample)]
-        self.inplanes = planes * 4
-        layers += [Bottleneck(self.inplanes, planes) for _ in range(1, blocks)]
+        block, downsample = self.block, None
+        if stride != 1 or self.inplanes != planes * block.expansion:
+            downsample = nn.Sequential(nn.Conv2d(self.inplanes, planes * block.expansion, 1, stride=stride, bias=False),
+                                       nn.BatchNorm2d(planes * block.expansion))
+        layers = [block(self.inplanes, planes, stride, downsample)]
+        self.inplanes = planes * block.expansion
+        layers += [block(self.inplanes, planes) for _ in range(1, blocks)]
         return nn.Sequential(*layers)
 
     def forward(self, x):
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
         x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
         return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+class ResNet18(ResNet50):
+    """torchvision's ``resnet18`` layout: BasicBlocks, two per stage."""
+
+    block = BasicBlock
+
+    def __init__(self, num_classes: int = 1000):
+        super().__init__(num_classes, layers=(2, 2, 2, 2))
 
 
 class VGG16(nn.Module):
@@ -192,6 +227,11 @@ class AlexNet(nn.Module):
         self.conv5 = nn.Conv2d(256, 256, 3, padding=1)
         self.pool = nn.MaxPool2d(3, stride=2)
         self.relu = nn.ReLU()
+        # torchvision's layout (PARAM's AlexNet benchmark runs it): a 6×6 average pool, a no-op on 224×224
+        # images, and dropout before fc6 and fc7, identities in eval mode; each runs a kernel on a GPU.
+        self.avgpool = nn.AdaptiveAvgPool2d((6, 6))
+        self.drop6 = nn.Dropout(0.5)
+        self.drop7 = nn.Dropout(0.5)
         self.fc6 = nn.Linear(256 * 6 * 6, 4096)
         self.fc7 = nn.Linear(4096, 4096)
         self.fc8 = nn.Linear(4096, num_classes)
@@ -200,7 +240,9 @@ class AlexNet(nn.Module):
         x = self.pool(self.relu(self.conv1(x)))
         x = self.pool(self.relu(self.conv2(x)))
         x = self.pool(self.relu(self.conv5(self.relu(self.conv4(self.relu(self.conv3(x)))))))
-        return self.fc8(self.relu(self.fc7(self.relu(self.fc6(torch.flatten(x, 1))))))
+        x = torch.flatten(self.avgpool(x), 1)
+        x = self.relu(self.fc6(self.drop6(x)))
+        return self.fc8(self.relu(self.fc7(self.drop7(x))))
 
 
 class RNNClassifier(nn.Module):
@@ -224,6 +266,11 @@ def _seeded(cls, *args, **kwargs):
 def resnet50(batch: int = 8):
     """ResNet-50 on 224×224 images."""
     return _seeded(ResNet50), (torch.randn(batch, 3, 224, 224),)
+
+
+def resnet18(batch: int = 8):
+    """ResNet-18 on 224×224 images (11,689,512 parameters; the public ROCm DDP trace ran it at batch 10)."""
+    return _seeded(ResNet18), (torch.randn(batch, 3, 224, 224),)
 
 
 def vgg16(batch: int = 8):
@@ -262,6 +309,7 @@ def gru_bidirectional(batch: int = 16, seq_len: int = 20):
     return _seeded(RNNClassifier, nn.GRU, bidirectional=True), (torch.randn(batch, seq_len, 32),)
 
 
-FACTORIES = {"resnet50": resnet50, "vgg16": vgg16, "transformer": transformer, "small_cnn": small_cnn,
+FACTORIES = {"resnet50": resnet50, "resnet18": resnet18,
+             "vgg16": vgg16, "transformer": transformer, "small_cnn": small_cnn,
              "small_cnn_gap": small_cnn_gap,
              "alexnet": alexnet, "lstm": lstm, "gru_bidirectional": gru_bidirectional}

@@ -45,6 +45,9 @@ class Timing:
         Estimate compute times with the roofline of ``device_spec`` instead.
     default_time : float, optional
         Seconds for compute ops that could not be timed.
+    min_coverage : float
+        With ``trace``: the least share of the trace's compute time its matched ops must hold
+        (0 to 1); below it the trace is refused and nothing is written.
     """
 
     device: str = "cpu"
@@ -55,6 +58,7 @@ class Timing:
     analytic: bool = False
     device_spec: str = "cpu"
     default_time: float | None = None
+    min_coverage: float = 0.8
 
 
 @dataclass(frozen=True)
@@ -137,7 +141,7 @@ def profile(model: ModelSpec, timing: Timing = Timing(), link: Link = Link(), ou
     built = build_oracle(graph, spec=spec, trace=t.trace, model=model.path if runs_model else None, device=t.device,
                          runs=t.runs, warmup=t.warmup, bandwidth=link.bandwidth, latency=link.latency,
                          measure=measure if link.measure else None, default_time=t.default_time, progress=progress,
-                         threads=t.threads)
+                         threads=t.threads, min_coverage=t.min_coverage if t.trace else None)
     if output is not None:
         from dlsched.formats.oracle_file import write_oracle
 

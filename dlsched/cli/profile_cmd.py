@@ -58,13 +58,17 @@ def _link(bandwidth, latency, measure_network, peer, network_timeout):
               help="Seconds any wait of the network measurement may take.")
 @click.option("--from-trace", "trace", type=click.Path(dir_okay=False), default=None,
               help="Take compute times from a PyTorch profiler Chrome trace or a TF timeline instead of running.")
+@click.option("--min-coverage", type=FiniteFloat(min=0.0, max=1.0), default=0.8, show_default=True,
+              help="With --from-trace: refuse the trace (exit 2, nothing written) when the model's ops match less "
+                   "than this share of its compute time (GPU compute kernels, or host ops in a CPU trace).")
 @click.option("--analytic", is_flag=True,
               help="Estimate times from shapes with a roofline model instead of running the model (deterministic).")
 @click.option("--device-spec", default="cpu", show_default=True,
               help="With --analytic: cpu, a100, h100, or a YAML spec file; transfers use its network.")
 @click.option("--default-time", type=DURATION, default=None,
               help="Give ops that could not be timed this time (e.g. 10us).")
-@gather("timing", _timing, ("device", "runs", "warmup", "threads", "trace", "analytic", "device_spec", "default_time"))
+@gather("timing", _timing, ("device", "runs", "warmup", "threads", "trace", "analytic", "device_spec", "default_time",
+                            "min_coverage"))
 @gather("link", _link, ("bandwidth", "latency", "measure_network", "peer", "network_timeout"))
 @max_work_option(limits.PROFILE)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")

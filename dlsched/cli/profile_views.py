@@ -28,9 +28,20 @@ def print_report(info: dict, res, graph) -> None:
              ("bandwidth", f"{info['bandwidth'] * 8 / 1e9:.3f} Gbps ({src})"),
              ("latency", f"{fmt_seconds(info['latency'])} ({src})")]
     if tr:
-        rows += [("trace coverage", f"{tr['matched']:,} of {tr['compute_ops']:,} compute ops ({tr['fraction']:.0%}), "
-                                    f"{tr['iterations']} iteration(s), {tr['matcher']} matcher"),
-                 ("unknown trace events", f"{tr['unknown_event_count']:,}")]
+        rows += [("trace coverage", f"{tr['time_fraction']:.1%} of the trace's {tr['time_basis']} "
+                                    f"({fmt_seconds(tr['matched_time'])} of {fmt_seconds(tr['compute_time'])})"),
+                 ("ops matched", f"{tr['matched']:,} of {tr['compute_ops']:,} compute ops ({tr['fraction']:.0%}), "
+                                 f"{tr['iterations']} iteration(s), {tr['matcher']} matcher"),
+                 ("op times from", "GPU kernels each op launched (host dispatch time kept as host_time)"
+                  if tr.get("times") == "gpu kernels" else "host op durations")]
+        if tr.get("recompute_time"):
+            rows.append(("recomputed forward ops", f"{tr['recomputed_ops']:,} ops re-run in the backward "
+                                                   f"(activation checkpointing), {fmt_seconds(tr['recompute_time'])} "
+                                                   "over all iterations, added to their forward op"))
+        if tr.get("kernels_launched_before_trace"):
+            rows.append(("kernels launched before the trace", fmt_seconds(tr["kernels_launched_before_trace"])
+                         + " (their launch is not in the trace; left out)"))
+        rows.append(("unknown trace events", f"{tr['unknown_event_count']:,}"))
     console.print(key_value_table("oracle", rows + [("written to", info["output"])]))
     if tr and tr["unknown_events"]:
         names = ", ".join(f"{k} ×{v}" for k, v in list(tr["unknown_events"].items())[:10])

@@ -95,6 +95,11 @@ def steps(events: pd.DataFrame) -> pd.DataFrame:
 def launches(events: pd.DataFrame) -> pd.DataFrame:
     """Each device event joined to the runtime call that queued it, through ``correlation``.
 
+    CUDA and HIP calls join alike (``hipLaunchKernel``, ``hipExtModuleLaunchKernel``,
+    ``hipMemcpyAsync`` are ``cuda_runtime`` events in ROCm traces). A device event left without a
+    launch was queued before the profiler opened its host window: in the public MI300X DDP trace all
+    968 of them carry correlation ids below the first runtime call's.
+
     Returns
     -------
     pandas.DataFrame

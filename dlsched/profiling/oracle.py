@@ -172,6 +172,8 @@ def assemble_oracle(graph: Graph, compute: pd.DataFrame | None, untimed: dict[st
     compute_ops = {op.name: op for op in graph.compute_ops()}
     rows: dict[str, dict] = {}
     extra: list[str] = []
+    # A trace's rows also carry the host time beside the GPU time, and what recomputation added.
+    kept = [c for c in ("host_time", "recompute") if compute is not None and c in compute.columns]
     if compute is not None and len(compute):
         for rec in compute.to_dict("records"):
             name = str(rec["op"])
@@ -182,7 +184,8 @@ def assemble_oracle(graph: Graph, compute: pd.DataFrame | None, untimed: dict[st
             source = rec.get("source")
             rows[name] = oracle_row(op, rec["time"], runs=rec["runs"] if pd.notna(rec.get("runs")) else 1,
                                     median=rec["median"] if pd.notna(rec.get("median")) else None,
-                                    source=source if isinstance(source, str) and source else "profiled")
+                                    source=source if isinstance(source, str) and source else "profiled",
+                                    **{c: rec[c] for c in kept})
     defaulted: dict[str, str] = {}
     for name, op in compute_ops.items():
         if name in rows:
@@ -198,7 +201,7 @@ def assemble_oracle(graph: Graph, compute: pd.DataFrame | None, untimed: dict[st
     untimed = {k: v for k, v in untimed.items() if k in compute_ops}
     xfer = transfer_rows(graph, bandwidth, latency, source=transfer_source)
     order = {op.name: op.index for op in graph.ops()}
-    comp_df = oracle_frame(rows.values())
+    comp_df = oracle_frame(rows.values(), extra=kept)
     frame = pd.concat([comp_df, xfer], ignore_index=True) if len(xfer) else comp_df
     if "bytes" in frame:
         frame["bytes"] = frame["bytes"].fillna(0).astype("int64")
@@ -277,7 +280,7 @@ def build_oracle(graph: Graph, *, spec: DeviceSpec | None = None, trace: str | N
                  device: str = "cpu", runs: int = 5, warmup: int = 1, bandwidth: float | None = None,
                  latency: float | None = None, measure: Callable[[], Any] | None = None,
                  default_time: float | None = None, progress: Callable[[str], Any] | None = None,
-                 threads: int = 1) -> BuiltOracle:
+                 threads: int = 1, min_coverage: float | None = None) -> BuiltOracle:
     """Time every op of ``graph``: compute ops from one source, transfers from one link, each computed once.
 
     Parameters
@@ -308,6 +311,9 @@ def build_oracle(graph: Graph, *, spec: DeviceSpec | None = None, trace: str | N
         (e.g. ``dlsched.cli.common.progress``).
     threads : int
         Intra-op threads of the framework profiler running ``model``.
+    min_coverage : float, optional
+        With ``trace``: refuse it when its ops match less than this share of its compute time
+        (:func:`~dlsched.profiling.trace_import.import_trace`).
 
     Returns
     -------
@@ -341,7 +347,7 @@ def build_oracle(graph: Graph, *, spec: DeviceSpec | None = None, trace: str | N
     if trace is not None:
         from .trace_import import import_trace
 
-        imported = import_trace(trace, graph)
+        imported = import_trace(trace, graph, min_coverage=min_coverage)
         compute, untimed, coverage = imported.frame, imported.untimed, imported.coverage
     network = _link(spec, bandwidth, latency, measure)
     if spec is not None:
