@@ -147,3 +147,11 @@ def test_plan_cluster_trace_needs_its_model(tmp_path):
     t.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "a", "ts": 0, "dur": 10}]}))
     proc = run_cli("plan-cluster", "--trace", t, "--overhead-ratio", "0.1")
     assert proc.returncode == 2 and "give MODEL" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("command", ["bounds", "plan-cluster"])
+def test_a_trace_of_another_job_is_refused_by_the_span_commands(model, tmp_path, command):
+    """An unrelated PyTorch job's trace (2,424 CPU ops, another model) does not rate this model's iteration."""
+    other = shared_trace("cpu_only_rank0_2424ops.json.gz")
+    # bounds finds the span too short first; plan-cluster matches the ops (1% coverage)
+    assert_clean_error(run_cli(*_commands(model, other, tmp_path / "o.csv")[command]), other.name, "of this model")

@@ -84,6 +84,9 @@ def bounds(model: ModelSpec, oracle: OracleSpec, makespan: float | None = None,
         if trace is not None:
             makespan = trace_makespan(trace)
             _check_span(trace, makespan, graph, b)
+            from dlsched.profiling.trace_import import check_trace_of_model
+
+            check_trace_of_model(trace, graph)
         figures = {"model": graph.name, "mode": graph.mode, "upper": b.upper, "lower": b.lower,
                    "speedup": b.speedup, "loads": dict(b.loads), "dependency_lower": dep.lower,
                    "dependency_resource": dep.resource, "critical_path": dep.critical_path}

@@ -217,7 +217,10 @@ def plan_cluster(model: ModelSpec, oracle: OracleSpec, scaling: Scaling = Scalin
         measured = None
         if trace is not None:
             from dlsched.analyses.bounds import trace_makespan
+            from dlsched.profiling.trace_import import check_trace_of_model
+
             measured = trace_makespan(trace)
+            check_trace_of_model(trace, graph)
         inputs = lemma_inputs(graph, times, algo, measured, f"span of the trace {trace}" if trace else "")
         balance = server_balance(graph) if graph.ps_count > 1 else None
         sources["makespan"] = inputs.sources["makespan"]

@@ -58,7 +58,7 @@ class Timing:
     analytic: bool = False
     device_spec: str = "cpu"
     default_time: float | None = None
-    min_coverage: float = 0.8
+    min_coverage: float = 0.8  # trace_import.MIN_COVERAGE
 
 
 @dataclass(frozen=True)

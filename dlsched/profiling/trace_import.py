@@ -660,13 +660,14 @@ def _host_coverage(events: pd.DataFrame, units: list, starts: list) -> dict:
             "unmatched_us": unmatched.sort_values(ascending=False).to_dict(), "launched_before_trace_us": 0.0}
 
 
-def _refuse(path, graph: Graph, cov: dict, refusals: dict, min_coverage: float) -> None:
-    """Raise the paragraph that says why the trace cannot time this model."""
+def _refuse(path, graph: Graph, cov: dict, refusals: dict, min_coverage: float, purpose: str = "") -> None:
+    """Raise the paragraph that says why the trace cannot time this model (``purpose``: what it was for)."""
     frac, total = cov["time_fraction"], cov["total_us"]
     steps = len(cov["per_step"])
     parts = [f"{Path(path).name}: {frac:.0%} coverage: ops of {graph.name} ({graph.mode}) match "
              f"{cov['matched_us'] / 1e3:.3g} ms of the trace's {total / 1e3:.3g} ms of {cov['basis']} "
-             f"({steps} step(s)), below --min-coverage {min_coverage:.0%}, so no oracle was written."]
+             f"({steps} step(s)), below {min_coverage:.0%}, so "
+             + (purpose or "no oracle was written") + "."]
     if total <= 0:
         parts.append(f"The trace holds no {cov['basis']} to match (is it a trace of a training job at all?).")
     top = list(cov["unmatched_us"].items())[:6]
@@ -680,8 +681,9 @@ def _refuse(path, graph: Graph, cov: dict, refusals: dict, min_coverage: float) 
         if batch:
             parts.append(f"Most differ in the first dimension only: the trace ran at batch {batch}; load the model "
                          f"at it (--batch {batch}).")
-    parts.append("Give the trace of this model, at its batch (--batch) and mode (--mode); lower --min-coverage only "
-                 "when the unmatched work is truly not the model's (a data loader, an optimizer).")
+    parts.append("Give the trace of this model, at its batch (--batch) and mode (--mode)" + (
+        "" if purpose else "; lower --min-coverage only when the unmatched work is truly not the model's (a data "
+        "loader, an optimizer)") + ".")
     raise TraceError(" ".join(parts))
 
 
@@ -702,7 +704,34 @@ def _batch_hint(refusals: dict) -> int | None:
     return batch if n >= len(refusals) / 2 else None
 
 
-def import_trace(path: str | Path, graph: Graph, min_coverage: float | None = None) -> TraceImport:
+#: The share of a trace's compute time that must match the model's ops (``profile --min-coverage``'s default).
+MIN_COVERAGE = 0.8
+_OP_CATS = ("cpu_op", "kernel", "Op", "Operator")
+
+
+def check_trace_of_model(path: str | Path, graph: Graph, min_coverage: float = MIN_COVERAGE) -> None:
+    """Refuse a framework trace that is not of ``graph``: one whose op events cover too little of it.
+
+    ``bounds --trace`` and ``plan-cluster --trace`` take only a trace's span, but
+    a span means something only for this model's iteration. A trace of framework
+    ops (PyTorch's ``cpu_op`` and kernels, TF's ops) is matched as ``profile
+    --from-trace`` matches it and refused below ``min_coverage``; a trace of bare
+    spans (no op events) says nothing about its model and is left to the span checks.
+
+    Raises
+    ------
+    TraceError
+        Below ``min_coverage`` (the paragraph of :func:`import_trace`).
+    """
+    events = read_kineto(path, keep_args=frozenset()).events
+    if not events["cat"].isin(_OP_CATS).any() and not events["name"].str.startswith("aten::").any():
+        return
+    import_trace(path, graph, min_coverage=min_coverage,
+                 purpose="its span is not an iteration of this model and is not rated")
+
+
+def import_trace(path: str | Path, graph: Graph, min_coverage: float | None = None,
+                 purpose: str = "") -> TraceImport:
     """Time ``graph``'s compute ops from a PyTorch profiler or TF trace file.
 
     Parameters
@@ -759,7 +788,7 @@ def import_trace(path: str | Path, graph: Graph, min_coverage: float | None = No
             gpu = False
     cov["time_fraction"] = cov["matched_us"] / cov["total_us"] if cov["total_us"] > 0 else 0.0
     if min_coverage is not None and cov["time_fraction"] < min_coverage:
-        _refuse(path, graph, cov, refusals, min_coverage)
+        _refuse(path, graph, cov, refusals, min_coverage, purpose)
     frame = _rows(graph, samples, gpu)
     frame.attrs["fused"] = {name: f.reason for name, f in fused.items()}
     untimed = {}
