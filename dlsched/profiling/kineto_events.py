@@ -12,6 +12,10 @@ collectives and the replay agree on it.
   ``hip_runtime`` / the HIP calls (AMD); a launch and the kernel it queued share
   ``args.correlation``.
 - **Host ops** are ``cpu_op`` and ``user_annotation`` events on a host thread.
+- **Host collectives** are the record functions a collective leaves on the
+  host (``record_param_comms``, ``c10d::allreduce_``, ``gloo:all_reduce``,
+  ``nccl:all_reduce``, ``_c10d_functional::wait_tensor``…); on a CPU-only
+  (gloo) trace they are the only trace of communication.
 - **Steps** are the host ``ProfilerStep#N`` annotations (``torch.profiler``'s
   ``prof.step()``); their GPU twins (``gpu_user_annotation``) are not steps.
 """
@@ -28,6 +32,7 @@ HOST_CATS = frozenset({"cpu_op", "user_annotation", "Operator", "operator"})
 _COMM_KERNEL = re.compile(r"nccl|rccl", re.IGNORECASE)
 _MEMORY = re.compile(r"memcpy|memset", re.IGNORECASE)
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_HOST_COMM = re.compile(r"^(record_param_comms$|c10d::|_?c10d_functional::|gloo:|nccl:|mpi:|ucc:)")
 
 COMPUTE, COMMUNICATION, MEMORY = "compute", "communication", "memory"
 
@@ -65,6 +70,21 @@ def host_ops(events: pd.DataFrame) -> pd.DataFrame:
     """The host ops (``cpu_op``, ``user_annotation``) of a trace's frame, steps excluded."""
     host = events[events["cat"].isin(HOST_CATS)]
     return host[~host["name"].str.startswith("ProfilerStep#")]
+
+
+def is_host_collective(name: str) -> bool:
+    """True for a host record function of a collective (or of its wait).
+
+    >>> [is_host_collective(n) for n in ("gloo:all_reduce", "c10d::allreduce_", "record_param_comms", "aten::mm")]
+    [True, True, True, False]
+    """
+    return _HOST_COMM.match(name) is not None
+
+
+def host_collectives(events: pd.DataFrame) -> pd.DataFrame:
+    """The host events (:data:`HOST_CATS`) that are collectives (:func:`is_host_collective`)."""
+    host = events[events["cat"].isin(HOST_CATS)]
+    return host[host["name"].str.match(_HOST_COMM)]
 
 
 def steps(events: pd.DataFrame) -> pd.DataFrame:
