@@ -57,7 +57,8 @@ def device_kind(name: str, cat: str) -> str:
 def device_events(events: pd.DataFrame) -> pd.DataFrame:
     """The device events of a trace's frame with a ``kind`` column (:func:`device_kind`)."""
     dev = events[events["cat"].isin(DEVICE_CATS)].copy()
-    dev["kind"] = [device_kind(n, c) for n, c in zip(dev["name"], dev["cat"])]
+    kinds: dict = {}  # names repeat: classify each (name, cat) once
+    dev["kind"] = [kinds.get(k) or kinds.setdefault(k, device_kind(*k)) for k in zip(dev["name"], dev["cat"])]
     return dev
 
 
