@@ -125,3 +125,23 @@ def test_cpu_only_trace_is_timed_from_host_ops():
     assert b.whole["communication"] > 1e6  # gloo:all_reduce on two worker threads, about 1.1 s
     with pytest.raises(TraceError, match="no GPU events"):
         hta_breakdown(read_kineto(shared_trace("cpu_only_rank0_2424ops.json.gz")))
+
+
+def test_the_reader_gives_the_garbage_collector_back(tmp_path):
+    """read_kineto pauses the cyclic collector while decoding; it is running again after a read and after a refusal."""
+    import gc
+
+    assert gc.isenabled()
+    read_kineto(shared_trace("cpu_only_gloo_rank34.json.gz"))
+    assert gc.isenabled()
+    bad = tmp_path / "cut.json"
+    bad.write_text('{"traceEvents": [{"ph": "X", "name": "k", "ts": 1, "dur": 2}, {"ph": "X", "na')
+    with pytest.raises(TraceError):
+        read_kineto(bad)
+    assert gc.isenabled()
+    gc.disable()
+    try:  # a caller that turned it off keeps it off
+        read_kineto(shared_trace("cpu_only_gloo_rank34.json.gz"))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
