@@ -101,10 +101,27 @@ def test_host_compute_leaves_out_collectives_on_its_own_thread():
         ("autograd::engine::evaluate_function: AddmmBackward0", "cpu_op", "1", "1", 0.0, 60.0, -1),
         ("c10d::allreduce_", "cpu_op", "1", "1", 40.0, 20.0, -1),      # inside the op above, same thread
         ("gloo:all_reduce", "user_annotation", "1", "9", 30.0, 50.0, -1),  # gloo's worker thread
-        ("## forward ##", "user_annotation", "1", "1", 0.0, 90.0, -1),  # a phase mark, not compute
+        ("Optimizer.step#SGD.step", "user_annotation", "1", "1", 85.0, 5.0, -1),
     ]))
     s = b.steps.iloc[0]
-    assert (s.compute, s.communication, s.overlap, s.exposed_communication, s.idle) == (40.0, 50.0, 10.0, 40.0, 20.0)
+    assert (s.compute, s.communication, s.overlap, s.exposed_communication, s.idle) == (45.0, 50.0, 10.0, 40.0, 15.0)
+
+
+@pytest.mark.parametrize("name", ["cpu_only_gloo_rank34.json.gz", "cpu_only_rank0_2424ops.json.gz"])
+def test_cpu_steps_agree_with_the_bounds_of_a_measured_step(name):
+    """On a CPU-only trace the breakdown's compute and communication are trace_bounds' C and N."""
+    from dlsched.analyses.trace_bounds import trace_bounds
+
+    t = read_kineto(shared_trace(name))
+    b = breakdown(t).steps.set_index("step")
+    rated = trace_bounds(t)
+    assert len(rated) == len(b) > 0
+    for r in rated:
+        assert r.resources == "host"
+        row = b.loc[r.step]
+        assert row.compute == pytest.approx(r.compute * 1e6, abs=1e-3)
+        assert row.communication == pytest.approx(r.communication * 1e6, abs=1e-3)
+        assert row.overlap == pytest.approx(r.overlap * 1e6, abs=1e-3)
 
 
 def test_real_gpu_trace_steps_partition_their_spans():

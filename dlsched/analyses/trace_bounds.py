@@ -33,7 +33,6 @@ step, the whole trace (``step`` is ``None``).
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,8 +43,9 @@ from dlsched.profiling import kineto_events as ke
 
 from .bounds import Rating, rate_makespan
 
-#: Host record functions of a collective (gloo on CPU, the c10d dispatcher, DDP's comm records).
-COLLECTIVE_HOST = re.compile(r"^(gloo:|nccl:|c10d::|record_param_comms|ProcessGroup)", re.IGNORECASE)
+#: Host record functions of a collective (gloo on CPU, the c10d dispatcher, DDP's comm records): the one
+#: rule of :mod:`~dlsched.profiling.kineto_events`, which the time breakdown uses too.
+COLLECTIVE_HOST = ke.HOST_COLLECTIVE
 
 
 def _union(starts, ends) -> np.ndarray:

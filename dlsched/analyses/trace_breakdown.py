@@ -25,10 +25,11 @@ A CPU-only trace (gloo) has no device events (``mode == "host"``). There
 communication is the union of the host's collective record functions
 (``gloo:all_reduce`` on gloo's worker threads, ``c10d::allreduce_``…,
 :func:`~dlsched.profiling.kineto_events.is_host_collective`), and compute the
-union over threads of each thread's ``cpu_op`` time outside the collectives
-on that same thread: a thread blocked in a collective is not computing, while
-gloo's worker threads running beside the main thread are real overlap.
-User annotations are not compute: they mark phases, waits included.
+union over threads of each thread's host ops (``cpu_op``, ``user_annotation``)
+outside the collectives on that same thread: a thread blocked in a collective
+is not computing, while gloo's worker threads running beside the main thread
+are real overlap. These are the resources the bounds of a measured step rate
+(:mod:`~dlsched.analyses.trace_bounds`), so the two agree on C and N.
 
 :func:`hta_breakdown` and :func:`hta_overlap` give Holistic Trace Analysis's
 whole-trace figures (``get_temporal_breakdown``, ``get_comm_comp_overlap``)
@@ -123,7 +124,7 @@ def _busy_sets(events: pd.DataFrame) -> tuple[_Sets, str]:
     comm_ev = ke.host_collectives(events)
     comm = iv.merge(comm_ev["ts"].to_numpy(), comm_ev["end"].to_numpy())
     ops = ke.host_ops(events)
-    ops = ops[(ops["cat"] != "user_annotation") & ~ops.index.isin(comm_ev.index)]
+    ops = ops[~ops.index.isin(comm_ev.index)]
     per_thread = []
     for (pid, tid), g in ops.groupby(["pid", "tid"], sort=False):
         mine = comm_ev[(comm_ev["pid"] == pid) & (comm_ev["tid"] == tid)]

@@ -32,7 +32,10 @@ HOST_CATS = frozenset({"cpu_op", "user_annotation", "Operator", "operator"})
 _COMM_KERNEL = re.compile(r"nccl|rccl", re.IGNORECASE)
 _MEMORY = re.compile(r"memcpy|memset", re.IGNORECASE)
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
-_HOST_COMM = re.compile(r"^(record_param_comms$|c10d::|_?c10d_functional::|gloo:|nccl:|mpi:|ucc:)")
+#: Host record functions of a collective: each backend's own (``gloo:all_reduce``), c10d's ops and
+#: functional collectives, DDP's ``record_param_comms``, ``ProcessGroup*`` calls.
+HOST_COLLECTIVE = re.compile(r"^(gloo:|nccl:|mpi:|ucc:|xccl:|rccl:|hccl:|c10d::|_?c10d_functional::|record_param_comms|"
+                             r"ProcessGroup)", re.IGNORECASE)
 
 COMPUTE, COMMUNICATION, MEMORY = "compute", "communication", "memory"
 
@@ -79,13 +82,13 @@ def is_host_collective(name: str) -> bool:
     >>> [is_host_collective(n) for n in ("gloo:all_reduce", "c10d::allreduce_", "record_param_comms", "aten::mm")]
     [True, True, True, False]
     """
-    return _HOST_COMM.match(name) is not None
+    return HOST_COLLECTIVE.match(name) is not None
 
 
 def host_collectives(events: pd.DataFrame) -> pd.DataFrame:
     """The host events (:data:`HOST_CATS`) that are collectives (:func:`is_host_collective`)."""
     host = events[events["cat"].isin(HOST_CATS)]
-    return host[host["name"].str.match(_HOST_COMM)]
+    return host[host["name"].str.match(HOST_COLLECTIVE)]
 
 
 def steps(events: pd.DataFrame) -> pd.DataFrame:
