@@ -120,12 +120,14 @@ def model(tmp_path_factory):
 def _commands(model, trace: Path, out: Path) -> dict:
     return {"profile": ("profile", model["dag"], "--from-trace", trace, "--output", out),
             "bounds": ("bounds", model["dag"], "--oracle", model["oracle"], "--trace", trace),
-            "plan-cluster": ("plan-cluster", model["dag"], "--oracle", model["oracle"], "--trace", trace)}
+            "plan-cluster": ("plan-cluster", model["dag"], "--oracle", model["oracle"], "--trace", trace),
+            "trace": ("trace", trace, "--json")}
 
 
 @pytest.mark.parametrize("name,command", [
     ("truncated gzip", "profile"), ("corrupt gzip block", "bounds"), ("nested 100,000 deep", "plan-cluster"),
-    ("gzip bomb", "profile"), ("overflowing span", "plan-cluster"), ("truncated text", "bounds")])
+    ("gzip bomb", "profile"), ("overflowing span", "plan-cluster"), ("truncated text", "bounds"),
+    ("corrupt gzip block", "trace"), ("nested 100,000 deep", "trace"), ("gzip bomb", "trace")])
 def test_each_command_refuses_a_hostile_trace(files, model, tmp_path, name, command):
     path, needle = files[name]
     out = tmp_path / "oracle.csv"

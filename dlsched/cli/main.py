@@ -37,6 +37,7 @@ COMMANDS = {
     "train-allreduce": ("dlsched.cli.train_allreduce_cmd", "train_allreduce",
                         "Train for real with DDP or eager-SGD's solo/majority all-reduce."),
     "validate": ("dlsched.cli.validate_cmd", "validate", "Run a real PS cluster per order; predicted vs measured."),
+    "trace": ("dlsched.cli.trace_cmd", "trace", "Rate a job's torch.profiler traces, one per rank."),
 }
 
 
