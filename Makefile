@@ -16,6 +16,8 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
+	# The peer of tests/test_trace_hta.py; --no-deps: it declares jupyterlab, which its TraceAnalysis never imports.
+	$(PY) -m pip install -q --no-deps HolisticTraceAnalysis==0.5.0
 	touch $(STAMP)
 
 demo: $(STAMP)
