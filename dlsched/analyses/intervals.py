@@ -138,6 +138,16 @@ def subtract(a: Intervals, b: Intervals) -> Intervals:
     return merge(lo[keep], hi[keep])
 
 
+def intersect(a: Intervals, b: Intervals) -> Intervals:
+    """The part of merged set ``a`` inside merged set ``b``: ``a − (a − b)``.
+
+    >>> s, e = intersect(merge([0, 5], [3, 9]), merge([2], [6]))
+    >>> s.tolist(), e.tolist()
+    ([2.0, 5.0], [3.0, 6.0])
+    """
+    return subtract(a, subtract(a, b))
+
+
 def _inside(m: Intervals, t: np.ndarray) -> np.ndarray:
     s, e = m
     k = np.searchsorted(s, t, side="right") - 1

@@ -41,6 +41,8 @@ import pandas as pd
 from dlsched.formats.kineto_trace import KinetoTrace
 from dlsched.profiling import kineto_events as ke
 
+from . import intervals as iv
+
 from .bounds import Rating, rate_makespan
 
 #: Host record functions of a collective (gloo on CPU, the c10d dispatcher, DDP's comm records): the one
@@ -48,32 +50,32 @@ from .bounds import Rating, rate_makespan
 COLLECTIVE_HOST = ke.HOST_COLLECTIVE
 
 
+# The trace analyses keep unions as sorted, disjoint ``[start, end]`` rows; the algebra is analyses/intervals.py's.
+
 def _union(starts, ends) -> np.ndarray:
-    """The union of intervals as sorted, disjoint ``[start, end]`` rows (exact: no binning).
+    """The union of intervals as sorted, disjoint ``[start, end]`` rows, empty intervals left out (exact).
 
     Examples
     --------
     >>> _union([0, 5, 1, 9], [2, 6, 3, 9]).tolist()
     [[0.0, 3.0], [5.0, 6.0]]
     """
-    s = np.asarray(starts, dtype=float)
-    e = np.asarray(ends, dtype=float)
+    s = np.asarray(starts, dtype=float).ravel()
+    e = np.asarray(ends, dtype=float).ravel()
     keep = e > s
-    s, e = s[keep], e[keep]
-    if not len(s):
-        return np.empty((0, 2))
-    order = np.argsort(s, kind="stable")
-    s, e = s[order], e[order]
-    reach = np.maximum.accumulate(e)
-    # a new run starts where an interval begins after everything before it has ended
-    new = np.r_[True, s[1:] > reach[:-1]]
-    idx = np.flatnonzero(new)
-    run_end = np.maximum.reduceat(e, idx)
-    return np.column_stack([s[idx], run_end])
+    return _rows(iv.merge(s[keep], e[keep]))
+
+
+def _rows(m) -> np.ndarray:
+    return np.column_stack(m) if len(m[0]) else np.empty((0, 2))
+
+
+def _pair(u: np.ndarray):
+    return u[:, 0], u[:, 1]
 
 
 def _length(u: np.ndarray) -> float:
-    return float((u[:, 1] - u[:, 0]).sum()) if len(u) else 0.0
+    return iv.length(_pair(u)) if len(u) else 0.0
 
 
 def _intersect(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -84,17 +86,9 @@ def _intersect(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     >>> _intersect(_union([0, 5], [3, 9]), _union([2], [6])).tolist()
     [[2.0, 3.0], [5.0, 6.0]]
     """
-    out = []
-    i = j = 0
-    while i < len(a) and j < len(b):
-        lo, hi = max(a[i, 0], b[j, 0]), min(a[i, 1], b[j, 1])
-        if hi > lo:
-            out.append((lo, hi))
-        if a[i, 1] < b[j, 1]:
-            i += 1
-        else:
-            j += 1
-    return np.array(out, dtype=float).reshape(-1, 2)
+    if not len(a) or not len(b):
+        return np.empty((0, 2))
+    return _rows(iv.intersect(_pair(a), _pair(b)))
 
 
 def _subtract(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -105,21 +99,9 @@ def _subtract(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     >>> _subtract(_union([0], [10]), _union([2, 5], [3, 6])).tolist()
     [[0.0, 2.0], [3.0, 5.0], [6.0, 10.0]]
     """
-    out = []
-    j = 0
-    for lo, hi in a:
-        cur = lo
-        while j < len(b) and b[j, 1] <= cur:
-            j += 1
-        k = j
-        while k < len(b) and b[k, 0] < hi:
-            if b[k, 0] > cur:
-                out.append((cur, b[k, 0]))
-            cur = max(cur, b[k, 1])
-            k += 1
-        if cur < hi:
-            out.append((cur, hi))
-    return np.array(out, dtype=float).reshape(-1, 2)
+    if not len(a):
+        return np.empty((0, 2))
+    return _rows(iv.subtract(_pair(a), _pair(b))) if len(b) else a
 
 
 @dataclass

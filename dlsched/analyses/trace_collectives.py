@@ -52,6 +52,7 @@ import pandas as pd
 
 from dlsched.formats.kineto_trace import KinetoTrace
 from dlsched.profiling.kineto_events import (
+    HOST_COLLECTIVE,
     COMMUNICATION, HOST_CATS, device_events, runtime_events, steps,
 )
 
@@ -59,8 +60,8 @@ COLUMNS = ["step", "seq", "name", "elements", "out_elements", "dtype", "bytes", 
            "group_size", "group_ranks", "launch_ts", "host_end", "start", "end", "stream", "kernels", "pid", "tid",
            "source"]
 
-# Host record functions of collectives: PyTorch's, c10d's ops, and each backend's own.
-_HOST_COMM = re.compile(r"^(record_param_comms$|c10d::|(nccl|gloo|mpi|ucc|xccl|rccl|hccl):)")
+# Host record functions of collectives: the one rule of profiling/kineto_events.py.
+_HOST_COMM = HOST_COLLECTIVE
 _BACKEND = re.compile(r"^(nccl|gloo|mpi|ucc|xccl|rccl|hccl):")
 # c10d ops whose first argument is the output and the second the input.
 _OUT_FIRST = re.compile(r"^c10d::(_allgather_base_|_reduce_scatter_base_|alltoall_base_|allgather_into_tensor|"
