@@ -227,7 +227,8 @@ class _Text:
                     if not self.eof:
                         raise TraceError(f"{self.path}: {what} is longer than {MAX_EVENT_CHARS // 2**20} MiB of "
                                          "text; no trace event is that large") from None
-                    self.fail(f"{e.msg} in {what}", "" if e.pos >= len(self.buf) else "x")
+                    cut = e.pos >= len(self.buf) - 1 or e.msg.startswith("Unterminated string")  # the text stops mid-value
+                    self.fail(f"{e.msg.replace(' starting at', '')} in {what}", "" if cut else "x")
                 self.more()
                 continue
             except RecursionError:
