@@ -22,7 +22,7 @@ from tests.conftest import CACHE
 from tests.trace_jobs import cap_name, ddp_bucket_traces, traced_buckets
 
 MODELS = ["small_cnn", "transformer", "lstm"]
-CAPS = [None, 1, 10]
+CAPS = [None, 1, 10, 0.1]  # 0.1 MiB: many buckets even for the small ones
 BATCH = 2
 
 
@@ -57,6 +57,26 @@ def test_resnet18_at_the_default_cap_gives_pytorch_issue_48880s_bytes():
     assert first == ("fc.bias", "fc.weight")  # the last layer's gradients are ready first, bias before weight
 
 
+def test_resnet18_in_bf16_gives_the_buckets_of_the_public_8_gpu_rocm_trace():
+    """A public DDP trace (8 MI300X, ResNet-18 in bf16, torch's default cap): its buckets hold 2,873,320 and
+    8,816,192 elements, read with dlsched's trace analysis. Predicted: the same ready order at 2 bytes a parameter."""
+    from dlsched.analyses.trace_collectives import ddp_buckets
+    from dlsched.formats.kineto_trace import read_kineto
+    from tests.trace_files import shared_trace
+
+    try:
+        path = shared_trace("ddp_resnet18_actckpt_8xMI300X_rank0.json.gz")
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    traced = ddp_buckets(read_kineto(path)).groupby("step")["elements"].apply(list)
+    g = load_model("examples/torch_models.py:resnet18", mode="training", batch=1)
+    elements = {s.param: s.params for s in g.sends()}
+    order = ready_order(g)
+    buckets = bucket_assignment([2 * elements[p] for p in order], DEFAULT_BUCKET_BYTES, FIRST_BUCKET_BYTES)
+    predicted = [sum(elements[order[i]] for i in b) for b in buckets]
+    assert all(t == predicted for t in traced) and len(traced) == 3
+
+
 def test_find_unused_parameters_buckets_equal_the_traced_ones(graphs):
     """DDP with ``find_unused_parameters=True`` cuts its buckets by size from the first iteration and keeps them."""
     job = ddp_bucket_traces(CACHE / "traces", ["examples/torch_models.py:transformer"], [None, 1], batch=BATCH,
@@ -76,6 +96,23 @@ def test_find_unused_parameters_buckets_by_registration_from_the_start_and_never
     assert [p for b in initial for p in b.params] != names  # buckets reversed: the last registered first
     assert sorted(p for b in initial for p in b.params) == sorted(names)
     assert initial[-1].params[0] == names[0]
+
+
+@pytest.mark.parametrize("spec", ["examples/torch_models.py:transformer", "examples/hf_models.py:gpt2"])
+def test_ready_order_is_the_order_autograd_accumulates_the_gradients(spec):
+    """Against eager autograd itself: a hook after each parameter's AccumulateGrad, where DDP's sits.
+    GPT-2's Conv1D (``addmm(bias, x, weight)``) completes bias and weight in one node: bias first."""
+    if "hf_models" in spec:
+        pytest.importorskip("transformers")
+    from dlsched.factory import call_factory, training_loss
+
+    module, inputs, _ = call_factory(spec, BATCH)
+    module.train()
+    seen, names = [], {id(p): n for n, p in module.named_parameters()}
+    for p in module.parameters():
+        p.register_post_accumulate_grad_hook(lambda p: seen.append(names[id(p)]))
+    training_loss(module(*inputs)).backward()
+    assert ready_order(load_model(spec, mode="training", batch=BATCH)) == seen
 
 
 def test_ready_order_is_every_trained_parameter_once(graphs):

@@ -26,9 +26,13 @@ of backward in the order the engine executed it. A parameter's gradient op
 (the one feeding its ``send``) is the last op of the node that completed it
 (or the add that summed its contributions), so the order of those ops in the
 capture is the order of the ``AccumulateGrad`` hooks. Ops are kept in capture
-order as the graph's canonical index, so the order is read off the DAG; two
-parameters whose gradients are one tensor keep their registration order. The
-loss must be the one DDP's step minimises (the importer's
+order as the graph's canonical index, so the order is read off the DAG. One
+exception: parameters completed by one node are ready in the node's input
+order, while the capture holds them in the order its formula computed them
+(``addmm(bias, x, weight)``, GPT-2's Conv1D, computes the weight's gradient
+before the bias's broadcast sum, yet the bias is ready first); those are put
+back in the forward op's argument order (:func:`_engine_keys`). The loss must
+be the one DDP's step minimises (the importer's
 :func:`dlsched.factory.training_loss`).
 
 A DAG not captured that way (ONNX, TensorFlow, a synthetic DAG) has no
@@ -65,6 +69,44 @@ def engine_recorded(graph: Graph) -> bool:
     return graph.mode == "training" and graph.capture == "make_fx" and (graph.source or {}).get("format") == "torch"
 
 
+def _engine_keys(graph: Graph, sends: list) -> dict[str, tuple[int, int]]:
+    """Parameter → (where the capture produced its gradient, its place among those one node completed).
+
+    A node completing several parameters at once pushes their ``AccumulateGrad`` tasks in the order
+    of its inputs, which need not be the order its formula computed them in (``addmm`` computes its
+    ``mat2`` gradient before the bias's, whose broadcast sum comes last). Parameters read by one
+    forward op alone, whose gradients the capture produced with no other parameter's between them,
+    were completed by that op's node (or a view of one of them, folded into its recv, right after
+    it): they are ready together, in the op's argument order (matched by shape; a parameter read
+    through a view matches none and comes last, as its view's node runs after).
+    """
+    at = {}
+    for send in sends:
+        preds = [graph.op(p) for p in graph.predecessors(send.name)]
+        at[send.param] = max((p.index for p in preds if p.kind == COMPUTE), default=-1)
+    key = {p: (i, 0) for p, i in at.items()}
+    readers: dict[str, list[str]] = {}
+    for p in at:
+        fwd = [s for s in graph.successors(p) if graph.op(s).kind == COMPUTE and graph.op(s).phase == "forward"]
+        if len(fwd) == 1:
+            readers.setdefault(fwd[0], []).append(p)
+    positions = sorted(at.values())
+    for op_name, group in readers.items():
+        if len(group) < 2:
+            continue
+        lo, hi = min(at[p] for p in group), max(at[p] for p in group)
+        if sum(lo <= i <= hi for i in positions) != len(group):  # another parameter's gradient came between
+            continue
+        free = list(graph.op(op_name).input_shapes)
+        for p in sorted(group, key=lambda q: graph.op(q).index):
+            shape = list(graph.op(p).shape or [])
+            arg = next((i for i, s in enumerate(free) if s is not None and list(s) == shape), len(free))
+            if arg < len(free):
+                free[arg] = None  # a second parameter of the same shape takes the next argument
+            key[p] = (hi, arg)
+    return key
+
+
 def ready_order(graph: Graph, times: Mapping[str, float] | None = None) -> list[str]:
     """Parameter names (their recv ops) in the order their gradients become ready (module docstring).
 
@@ -91,10 +133,8 @@ def ready_order(graph: Graph, times: Mapping[str, float] | None = None) -> list[
         raise DlschedError(f"{graph.name} has no gradients: it is an inference graph; load it with --mode training")
     recv_index = {op.name: op.index for op in graph.recvs()}
     if engine_recorded(graph):
-        def produced_at(send) -> int:
-            preds = [graph.op(p) for p in graph.predecessors(send.name)]
-            return max((p.index for p in preds if p.kind == COMPUTE), default=-1)
-        ordered = sorted(sends, key=lambda s: (produced_at(s), recv_index.get(s.param, 0)))
+        key = _engine_keys(graph, sends)
+        ordered = sorted(sends, key=lambda s: (*key[s.param], recv_index.get(s.param, 0)))
     else:
         free = {op.name: 0.0 if op.kind != COMPUTE else float(times[op.name]) if times is not None else 1.0
                 for op in graph.ops()}
