@@ -35,6 +35,12 @@ back in the forward op's argument order (:func:`_engine_keys`). The loss must
 be the one DDP's step minimises (the importer's
 :func:`dlsched.factory.training_loss`).
 
+Limits: a parameter whose gradient is an earlier tensor passed on unchanged
+(added to a tensor of its own shape, so no broadcast sum is recorded) has no
+op of its own in the capture, and is placed at that tensor's producer, perhaps
+too early; the CPU engine is one thread, and GPU streams keep this order only
+per device.
+
 A DAG not captured that way (ONNX, TensorFlow, a synthetic DAG) has no
 recorded engine order: there the order is the one a free-transfer simulation
 of the step produces (:func:`.simulate.simulate`), gradient by gradient.
