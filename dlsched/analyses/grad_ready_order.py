@@ -38,8 +38,10 @@ be the one DDP's step minimises (the importer's
 Limits: a parameter whose gradient is an earlier tensor passed on unchanged
 (added to a tensor of its own shape, so no broadcast sum is recorded) has no
 op of its own in the capture, and is placed at that tensor's producer, perhaps
-too early; the CPU engine is one thread, and GPU streams keep this order only
-per device.
+too early. On a GPU the engine runs a device's nodes from one queue of the same
+priority, so one GPU per process keeps this order (ResNet-18's buckets equal a
+public 8-GPU ROCm trace's, ``tests/test_ddp_buckets.py``); a model spread over
+several devices has one queue each, which this order does not model.
 
 A DAG not captured that way (ONNX, TensorFlow, a synthetic DAG) has no
 recorded engine order: there the order is the one a free-transfer simulation
