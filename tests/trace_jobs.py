@@ -17,6 +17,12 @@ costs nothing; bump :data:`VERSION` when the job changes. The job runs under
 ``flock /tmp/dlsched-heavy.lock`` semantics (an exclusive lock on that file) so that
 concurrent test sessions do not time each other's jobs.
 
+:func:`ddp_bucket_traces` is the job of the bucket checks (``tests/test_ddp_buckets.py``,
+``benchmarks/bench_ddp_buckets.py``): for each model (any factory spec, the importer's loss
+:func:`dlsched.factory.training_loss`) and each ``bucket_cap_mb``, a fresh copy of the model in a
+fresh DDP, profiled from its first iteration, so that step 0 holds the buckets DDP launches before
+it rebuilds them and the later steps those after. All of them run in one launch of the ranks.
+
 Also the rank's entry point: ``python -m tests.trace_jobs --config ... --rank R ...``.
 
 Examples
@@ -29,6 +35,7 @@ Examples
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -116,6 +123,121 @@ def ddp_traces(folder: str | Path, ranks: int = 2, slow_rank: int | None = None,
     return out / "traces"
 
 
+#: Part of the cache key of :func:`ddp_bucket_traces`: bump it when that job changes.
+BUCKETS_VERSION = "ddp-buckets-v1"
+
+
+def cap_name(cap: float | None) -> str:
+    """The folder of one ``bucket_cap_mb`` in a :func:`ddp_bucket_traces` job (``default`` for ``None``)."""
+    return "default" if cap is None else f"cap{cap:g}"
+
+
+def ddp_bucket_traces(folder: str | Path, models: list[str], caps: list[float | None], *, batch: int = 2,
+                      steps: int = 2, ranks: int = 2, find_unused: bool = False, timeout: float = 600) -> Path:
+    """A folder ``<model fn>/<cap_name(cap)>/rank{R}.json`` per model and cap (module docstring); cached.
+
+    Parameters
+    ----------
+    folder : path
+        Where the job's folder is made (one per version and arguments).
+    models : list of str
+        Factory specs (``examples/torch_models.py:small_cnn``), called at ``batch``.
+    caps : list
+        ``bucket_cap_mb`` values; ``None`` leaves DDP's default.
+    steps : int
+        Iterations profiled, from the first (``ProfilerStep#0`` is the one before the rebuild).
+    ranks : int
+        Processes (gloo, one thread each).
+    find_unused : bool
+        DDP's ``find_unused_parameters``.
+    timeout : float
+        Limit of the whole job in seconds.
+
+    Returns
+    -------
+    Path
+        The job's folder; ``job.json`` in it holds each rank's DDP logging data per model and cap.
+    """
+    from dlsched.runtime.launcher import launch_ranks
+
+    spec = {"version": BUCKETS_VERSION, "models": list(models), "caps": list(caps), "batch": batch,
+            "steps": steps, "ranks": ranks, "find_unused": find_unused}
+    key = f"{BUCKETS_VERSION}-" + hashlib.sha1(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
+    out = Path(folder) / key
+    if (out / "job.json").is_file():
+        return out
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    with open(HEAVY_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (out / "job.json").is_file():
+            return out
+        tmp = Path(folder) / f".{key}.{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        config = {**spec, "kind": "buckets", "world": ranks, "out": str(tmp)}
+        t0 = time.time()
+        job = launch_ranks("tests.trace_jobs", config, ranks, job_timeout=timeout, grace=20.0, kind="DDP trace")
+        (tmp / "job.json").write_text(json.dumps({**spec, "wall_s": round(time.time() - t0, 2),
+                                                  "per_rank": job.results}, indent=1))
+        shutil.rmtree(out, ignore_errors=True)
+        os.replace(tmp, out)
+    return out
+
+
+def traced_buckets(job: str | Path, fn: str, cap: float | None, rank: int = 0) -> dict[int, list[int]]:
+    """Step → the bytes of each bucket DDP launched in it, read from rank ``rank``'s trace of
+    :func:`ddp_bucket_traces` with dlsched's own trace analysis (``trace_collectives.ddp_buckets``).
+    Only floating-point all-reduces: ``find_unused_parameters`` adds an integer one, its map of used parameters."""
+    from dlsched.analyses.trace_collectives import ddp_buckets
+    from dlsched.formats.kineto_trace import read_kineto
+
+    b = ddp_buckets(read_kineto(str(Path(job) / fn / cap_name(cap) / f"rank{rank}.json")))
+    b = b[b["dtype"].isin(["Float", "Double", "Half", "BFloat16"])]
+    return {int(step): [int(x) for x in g.sort_values("bucket")["bytes"]] for step, g in b.groupby("step")}
+
+
+def _run_buckets(cfg: dict, rank: int, init: str) -> dict:
+    """One rank of :func:`ddp_bucket_traces`: every model at every cap, each profiled from its first step."""
+    import copy
+
+    import torch
+    import torch.distributed as dist
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    from dlsched.factory import call_factory, training_loss
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=cfg["world"])
+    logged = {}
+    for spec in cfg["models"]:
+        target, fn = spec.rsplit(":", 1)
+        if target.endswith(".py") and not Path(target).is_absolute():  # specs are keyed relative to the repo
+            spec = f"{REPO / target}:{fn}"
+        base, inputs, fn = call_factory(spec, cfg["batch"])
+        base.train()
+        for cap in cfg["caps"]:
+            module = copy.deepcopy(base)  # fresh parameters: no hook of an earlier DDP on them
+            ddp = torch.nn.parallel.DistributedDataParallel(module, bucket_cap_mb=cap,
+                                                            find_unused_parameters=cfg["find_unused"])
+            opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
+            with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+                         schedule=schedule(wait=0, warmup=0, active=cfg["steps"], repeat=1)) as prof:
+                for _ in range(cfg["steps"]):
+                    opt.zero_grad(set_to_none=True)
+                    training_loss(ddp(*inputs)).backward()
+                    opt.step()
+                    prof.step()
+            where = Path(cfg["out"]) / fn / cap_name(cap)
+            where.mkdir(parents=True, exist_ok=True)
+            prof.export_chrome_trace(str(where / f"rank{rank}.json"))
+            data = ddp._get_ddp_logging_data()
+            logged[f"{fn}/{cap_name(cap)}"] = {"bucket_sizes": _ints(data.get("bucket_sizes")),
+                                               "rebuilt_bucket_sizes": _ints(data.get("rebuilt_bucket_sizes"))}
+            del ddp, opt, module
+            dist.barrier()
+    return {"rank": rank, "logging": logged}
+
+
 def job_info(traces: str | Path) -> dict:
     """What the job of :func:`ddp_traces` recorded (``job.json`` beside its folder of traces)."""
     return json.loads((Path(traces).parent / "job.json").read_text())
@@ -136,6 +258,8 @@ def _run_rank(cfg: dict, rank: int, init: str) -> dict:
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile, schedule
 
+    if cfg.get("kind") == "buckets":
+        return _run_buckets(cfg, rank, init)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=cfg["world"])
     module, (x,) = _model(cfg["model"], cfg["batch"])
