@@ -24,9 +24,10 @@ demo: $(STAMP)
 	bash examples/demo.sh
 
 # The layers contract, the regression gate on the example models and the docs build run first,
-# so pytest's summary is the last line.
+# so pytest's summary is the last line. Two pytest workers, each taking whole files (--dist loadfile, so a
+# module's fixtures are built once): much of the suite waits on real processes, timeouts and networks.
 test: $(STAMP) layers gate docs
-	$(PY) -m pytest -q -p no:cacheprovider --durations=25
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25 -n 2 --dist loadfile
 
 # The import-linter contract in pyproject.toml: the layers only point down.
 layers: $(STAMP)
