@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import time
 from datetime import date
@@ -34,6 +32,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from dlsched.machine import cpu_model  # noqa: E402  (after the path: run as a script)
 RESULTS = REPO / "benchmarks" / "results"
 CAPS = [None, 1, 10]
 #: Every torch model of the corpus: factory spec, batch (buckets do not depend on it; small keeps the runs short).
@@ -55,16 +55,6 @@ SMALL = ("small_cnn", "small_cnn_gap", "lstm", "gru_bidirectional", "bert", "gpt
          "vit")
 EXTRA_CAPS = {"resnet18": [35], **{m: [0.1] for m in SMALL}}
 ISSUE_48880 = [2_052_000, 28_852_224, 15_853_824]
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} CPUs)"
-    except OSError:
-        pass
-    return f"{platform.processor() or platform.machine()} ({os.cpu_count()} CPUs)"
 
 
 def sizes(xs: list[int]) -> str:

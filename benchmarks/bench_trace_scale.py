@@ -40,6 +40,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from dlsched.machine import cpu_model  # noqa: E402  (after the path: run as a script)
 RESULTS = REPO / "benchmarks" / "results"
 SOURCE = "nccl_rank0_of16.json.gz"
 TARGET_EVENTS = 1_000_000
@@ -149,16 +151,6 @@ def run_one(code: str, arg: str) -> dict:
     res = json.loads(line[-1][len("RESULT "):])
     res["process_s"] = wall
     return res
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} CPUs)"
-    except OSError:
-        pass
-    return f"{platform.processor() or platform.machine()} ({os.cpu_count()} CPUs)"
 
 
 def spread(xs: list[float], places: int = 2) -> str:
