@@ -419,12 +419,14 @@ def _step_of(ts: np.ndarray, st: pd.DataFrame) -> np.ndarray:
     return out
 
 
-def ddp_buckets(trace: KinetoTrace) -> pd.DataFrame:
+def ddp_buckets(trace: KinetoTrace, colls: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per step, the all-reduces DDP issued from backward: its gradient buckets, in launch order.
 
     Parameters
     ----------
     trace : KinetoTrace
+    colls : pandas.DataFrame, optional
+        ``collectives(trace)``, when the caller has it already.
 
     Returns
     -------
@@ -433,7 +435,7 @@ def ddp_buckets(trace: KinetoTrace) -> pd.DataFrame:
         ``bytes``, ``group_size``, ``launch_ts``, ``start``, ``end``. Steps with no such
         all-reduce have no rows.
     """
-    c = collectives(trace)
+    c = collectives(trace) if colls is None else colls
     c = c[(c["name"] == "allreduce") & (c["step"] >= 0)]
     ev = trace.events
     bwd = ev[ev["name"].str.startswith("autograd::engine::evaluate_function")]

@@ -45,7 +45,7 @@ import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -166,7 +166,8 @@ def assign_ranks(traces: Sequence[KinetoTrace]) -> dict[int, KinetoTrace]:
     return dict(sorted(out.items()))
 
 
-def rank_report(traces: Sequence[KinetoTrace], clock: str = "step") -> RankReport:
+def rank_report(traces: Sequence[KinetoTrace], clock: str = "step",
+                found: Mapping[int, pd.DataFrame] | None = None) -> RankReport:
     """Align ranks by step, match their collectives, and find each step's straggler (module docstring).
 
     Parameters
@@ -176,6 +177,8 @@ def rank_report(traces: Sequence[KinetoTrace], clock: str = "step") -> RankRepor
     clock : str
         ``"step"`` (each rank's times from its own step start; the default, right across hosts) or
         ``"shared"`` (timestamps as recorded; ranks on one host).
+    found : mapping, optional
+        Rank → ``collectives(trace)``, when the caller has them already.
 
     Returns
     -------
@@ -213,7 +216,7 @@ def rank_report(traces: Sequence[KinetoTrace], clock: str = "step") -> RankRepor
 
     colls = []
     for r, t in by_rank.items():
-        c = collectives(t)
+        c = collectives(t) if found is None else found[r]
         c = c[c["step"].isin(common)].copy()
         c["rank"] = r
         start = c["step"].map(spans[r]["ts"])

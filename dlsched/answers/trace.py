@@ -22,7 +22,6 @@ each analysis is one method over them, each a pure function of
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -102,23 +101,29 @@ class TraceAnalysis:
                 rows.append({"rank": r, **hta_breakdown(t), "comp_comm_overlap_pctg": hta_overlap(t)})
         return pd.DataFrame(rows)
 
-    def collectives(self) -> pd.DataFrame:
-        """Every collective of every rank, per step in launch order."""
+    @cached_property
+    def _collectives(self) -> dict[int, pd.DataFrame]:
+        """Each rank's collectives, found once: the buckets and the cross-rank matching read them too."""
         from dlsched.analyses.trace_collectives import collectives
 
-        return pd.concat([collectives(t).assign(rank=r) for r, t in self.by_rank.items()], ignore_index=True)
+        return {r: collectives(t) for r, t in self.by_rank.items()}
+
+    def collectives(self) -> pd.DataFrame:
+        """Every collective of every rank, per step in launch order."""
+        return pd.concat([c.assign(rank=r) for r, c in self._collectives.items()], ignore_index=True)
 
     def buckets(self) -> pd.DataFrame:
         """DDP's all-reduce buckets per rank and step."""
         from dlsched.analyses.trace_collectives import ddp_buckets
 
-        return pd.concat([ddp_buckets(t).assign(rank=r) for r, t in self.by_rank.items()], ignore_index=True)
+        return pd.concat([ddp_buckets(t, self._collectives[r]).assign(rank=r) for r, t in self.by_rank.items()],
+                         ignore_index=True)
 
     def ranks(self, clock: str = "step"):
         """Steps aligned across ranks, collectives matched, stragglers (a ``RankReport``)."""
         from dlsched.analyses.trace_ranks import rank_report
 
-        return rank_report(list(self.by_rank.values()), clock=clock)
+        return rank_report(list(self.by_rank.values()), clock=clock, found=self._collectives)
 
     def bounds(self) -> pd.DataFrame:
         """TicTac's U, L and E per rank and step (seconds)."""
@@ -150,9 +155,9 @@ class TraceReport:
     notes: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
+        """The JSON object of ``--json`` (numpy scalars and NaN are turned into JSON by the CLI's ``emit_json``)."""
         def rows(df):
-            return None if df is None else [{k: _jsonable(v) for k, v in r.items()}
-                                            for r in df.to_dict(orient="records")]
+            return None if df is None else df.to_dict(orient="records")
 
         out = {"files": self.files, "notes": self.notes, "per_step": rows(self.breakdown), "hta": rows(self.hta),
                "bounds": rows(self.bounds), "replay": rows(self.replay),
@@ -162,18 +167,6 @@ class TraceReport:
             out.update(steps=self.ranks.steps, dropped=self.ranks.dropped, clock=self.ranks.clock,
                        stragglers=rows(self.ranks.stragglers), matches=rows(self.ranks.matches))
         return out
-
-
-def _jsonable(v):
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if hasattr(v, "item"):
-        return _jsonable(v.item())
-    if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
-    return v
 
 
 def trace(paths: Sequence[str | Path], options: TraceOptions = TraceOptions()) -> TraceReport:
