@@ -29,6 +29,7 @@ COMMANDS = {
     "simulate": ("dlsched.cli.simulate_cmd", "simulate", "Simulate iterations under a transfer order."),
     "plan-batch": ("dlsched.cli.plan_batch_cmd", "plan_batch", "Memory-bounded batch plans, per worker."),
     "replay-batch": ("dlsched.cli.batch_policy_cmd", "replay_batch", "Replay a speed trace against batch policies."),
+    "plan-ddp": ("dlsched.cli.plan_ddp_cmd", "plan_ddp", "DDP's bucket_cap_mb for a model; does ordering pay."),
     "plan-cluster": ("dlsched.cli.plan_cluster_cmd", "plan_cluster", "Devices and parameter servers for a target."),
     "snapshot": ("dlsched.cli.check_cmd", "snapshot", "Record a CI baseline of a model's figures."),
     "check": ("dlsched.cli.check_cmd", "check", "Compare a model against a CI baseline."),
