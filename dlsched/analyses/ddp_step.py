@@ -35,7 +35,8 @@ time right after it; ``backward()`` returns when backward's compute ends,
 and in the next iteration each op waits only for its own parameters'
 updates. Iterations overlap, so :data:`ITERATIONS` are simulated
 (unrolled into one DAG) and the step time is the steady-state period, the
-mean over the last two.
+mean over two iterations before the last (the last one's updates have no
+next forward to compete with).
 
 Both report ``U = compute + comm + optimizer`` (everything serialised) and
 ``L = max(compute + optimizer, comm)`` (every resource always busy; the
@@ -67,8 +68,9 @@ from .collective_cost import allreduce_cost, check_network
 from .ddp_buckets import DDPBucket
 from .properties import check_times
 
-#: Iterations unrolled for the ordered all-reduce; the step is the mean period over the last two.
-ITERATIONS = 5
+#: Iterations unrolled for the ordered all-reduce; the step is the mean period over the two before the last
+#: (the last has no next forward to compete with its updates).
+ITERATIONS = 6
 #: Default bandwidth of a gradient copy (bytes/s): a host memcpy's order of magnitude.
 DEFAULT_COPY_BPS = 10e9
 #: Bytes plain SGD moves per parameter byte (reads the parameter and its gradient, writes the parameter).
@@ -338,8 +340,8 @@ def ordered_step(graph: Graph, times: Mapping[str, float], pieces: Sequence[Piec
         ``times`` misses a compute op or has a bad time.
     """
     compute_ops = _check(graph, times, network, host)
-    if iterations < 3:
-        raise DlschedError(f"the ordered step needs at least 3 iterations to reach its period, got {iterations}")
+    if iterations < 4:
+        raise DlschedError(f"the ordered step needs at least 4 iterations to reach its period, got {iterations}")
     sends = {s.param: s for s in graph.sends()}
     check_cover(pieces, param_elements(graph))
     last_piece = {p: i for i, piece in enumerate(pieces) for p in piece.params}  # issue order: the last covers it
@@ -369,8 +371,8 @@ def ordered_step(graph: Graph, times: Mapping[str, float], pieces: Sequence[Piec
         link_nodes.append(links)
         begin = dag.add(0.0, _INSTANT, compute)  # backward() returns: the next forward may start
     ready, start, end = dag.run()
-    k = iterations - 2
-    period = (end[marks[-1]] - end[marks[-3]]) / 2
+    k = iterations - 3
+    period = (end[marks[-2]] - end[marks[-4]]) / 2
     t0 = end[firsts[k]]
     transfers = tuple(Transfer(ready[i] - t0, start[i] - t0, end[i] - t0, int(p.bytes))
                       for p, i in zip(pieces, link_nodes[k]))
