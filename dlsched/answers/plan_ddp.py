@@ -124,18 +124,23 @@ def _report(name: str, plan: DDPPlan, source: str, write_order: str | None) -> d
 
 
 def why(plan: DDPPlan) -> str:
-    """One sentence: why the recommended step takes its time."""
+    """Why the recommended step takes its time, and what DDP's default would cost beside it."""
     step = plan.recommended.step
     share = step.exposed_comm_s / step.step_s if step.step_s else 0.0
     if plan.bound == "compute-bound":
-        return (f"compute-bound: only {share:.1%} of the step waits for the network, so the bucket size hardly "
-                "matters")
-    if plan.bound == "latency-bound":
-        return (f"latency-bound: {share:.1%} of the step waits for the network, and most of the all-reduce time "
+        text = f"compute-bound: at this cap only {share:.1%} of the step waits for the network"
+    elif plan.bound == "latency-bound":
+        text = (f"latency-bound: {share:.1%} of the step waits for the network, and most of the all-reduce time "
                 f"is its per-message latency ({step.latency_s / step.comm_s:.0%}): fewer, larger buckets help")
-    return (f"bandwidth-bound: {share:.1%} of the step waits for the network, and most of the all-reduce time "
-            f"is moving bytes ({1 - step.latency_s / step.comm_s:.0%}): the bucket size changes little, only more "
-            "overlap with compute (the order of the all-reduces) or a faster link does")
+    else:
+        text = (f"bandwidth-bound: {share:.1%} of the step waits for the network, and most of the all-reduce time "
+                f"is moving bytes ({1 - step.latency_s / step.comm_s:.0%}): the cap changes little, only more "
+                "overlap with compute (the order of the all-reduces) or a faster link does")
+    default = next(c for c in plan.caps if c.is_default)
+    if default is not plan.recommended:
+        text += (f"; DDP's default takes {default.step.step_s / step.step_s - 1:.1%} longer, its {default.buckets} "
+                 f"buckets leaving {default.step.exposed_comm_s * 1e3:.3g} ms of the all-reduce exposed")
+    return text
 
 
 def verdict(plan: DDPPlan) -> str:
