@@ -195,3 +195,15 @@ def test_order_file_round_trip_and_refusals(tmp_path):
             read_order_file(path)
     with pytest.raises(OrderFileError, match="cannot read"):
         read_order_file(tmp_path / "missing.json")
+
+
+def test_documented_uses_fit_the_budget():
+    from dlsched import limits
+    from dlsched.analyses.ddp_step import ITERATIONS
+    from dlsched.planning.ddp_plan import default_caps, default_piece_sizes
+
+    # ResNet-50's training DAG (1,372 ops, 161 gradients, 97.5 MiB), default caps and piece sizes
+    model = int(97.5 * 1024**2)
+    pieces = [-(-model // p) + 161 for p in default_piece_sizes(model)]
+    work = limits.ddp_plan_work(1_372, len(default_caps(model)), pieces, ITERATIONS)
+    assert work.amount <= limits.PLAN_DDP.limit // 10

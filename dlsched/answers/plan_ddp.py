@@ -56,7 +56,7 @@ class Sweep:
 
 
 def plan_ddp(model: ModelSpec, oracle: OracleSpec, link: Link, sweep: Sweep = Sweep(),
-             write_order: str | None = None) -> dict:
+             write_order: str | None = None, max_work: int | None = None) -> dict:
     """Plan DDP for MODEL (module docstring); the report as a dict.
 
     Raises
@@ -64,7 +64,8 @@ def plan_ddp(model: ModelSpec, oracle: OracleSpec, link: Link, sweep: Sweep = Sw
     DlschedError
         Fewer than 2 workers, both a measurement and given figures, an
         inference graph, a bad cap, piece size or network, an unwritable
-        ``write_order``; an oracle that misses ops (``OracleError``).
+        ``write_order``; an oracle that misses ops (``OracleError``); more work than ``max_work``
+        (default :data:`dlsched.limits.PLAN_DDP`, ``WorkLimitError``).
     """
     if link.workers < 2:
         raise DlschedError(f"data parallelism needs at least 2 workers, got --workers {link.workers}")
@@ -77,7 +78,7 @@ def plan_ddp(model: ModelSpec, oracle: OracleSpec, link: Link, sweep: Sweep = Sw
     alpha, beta, source = _network(graph, times, link)
     network = Network(alpha, beta, link.workers, link.algorithm)
     plan = make_plan(graph, times, network, sweep.caps, sweep.piece_bytes,
-                     HostCosts(sweep.copy_bandwidth, sweep.optimizer_s_per_byte), sweep.priority)
+                     HostCosts(sweep.copy_bandwidth, sweep.optimizer_s_per_byte), sweep.priority, max_work)
     if write_order:
         write_order_file(_order_file(graph, plan), write_order)
     return _report(graph.name, plan, source, write_order)
