@@ -8,7 +8,8 @@ gradients are all-reduced as *pieces* (flat slices of parameters, contract in
 a large low-priority bucket can be split (as ByteScheduler and P3 do) and the
 first layers' pieces sent early; each parameter is updated as soon as its last
 piece is in, and a forward pre-hook on each module waits only for that module's
-own parameters, as the parameter-server worker does (:mod:`.ps_worker`).
+own parameters, as the parameter-server worker does (:mod:`.ps_worker`);
+DESIGN §4.8.
 
 Per step, on every rank:
 
