@@ -260,10 +260,11 @@ def test_ps_hook_on_two_machines_runs_to_completion(tmp_path):
 
 @needs_netns
 @pytest.mark.timeout(300)
-def test_killing_one_machine_ends_the_other_with_the_hooks_error(tmp_path):
-    """SIGKILL machine 1's torchrun and its worker mid-training: machine 0's rank fails its next transfer,
-    prints ``dlsched: error: ...`` and exits 2 (torchrun's summary: ``exitcode  : 2``; torchrun exits 1),
-    within the hook's timeout."""
+@pytest.mark.parametrize("dead", [1, 0], ids=["other-machine-dies", "rendezvous-host-dies"])
+def test_killing_one_machine_ends_the_other_with_the_hooks_error(dead, tmp_path):
+    """SIGKILL one machine's torchrun and its worker mid-training: the other machine's rank fails its next
+    transfer, prints ``dlsched: error: ...`` and exits 2 (torchrun's summary: ``exitcode  : 2``; torchrun
+    exits 1), within the hook's timeout. Also when the dead machine hosted the rendezvous store."""
     cluster, procs, logs = _two_machines(tmp_path, ["--iterations", "100000", "--timeout", str(TIMEOUT)])
     try:
         deadline = time.monotonic() + 120
@@ -272,18 +273,18 @@ def test_killing_one_machine_ends_the_other_with_the_hooks_error(tmp_path):
             time.sleep(0.2)
         time.sleep(3)  # joined and training
         assert all(p.poll() is None for p in procs), [log.read_text(errors="replace")[-2000:] for log in logs]
-        _kill_tree(procs[1])
+        _kill_tree(procs[dead])
         killed = time.monotonic()
-        codes = _finish(procs[:1], 2 * TIMEOUT + 30)
+        codes = _finish([procs[1 - dead]], 2 * TIMEOUT + 30)
         took = time.monotonic() - killed
     finally:
         for p in procs:
             _kill_tree(p)
         cluster.destroy()
-    text = logs[0].read_text(errors="replace")
+    text = logs[1 - dead].read_text(errors="replace")
     assert codes == [1], text[-3000:]  # torchrun's own code for a failed worker
     err = [ln for ln in text.splitlines() if ln.startswith("dlsched: error: ")]
     assert err and ("a peer process probably died" in err[0] or "timed out" in err[0]), text[-3000:]
     assert "exitcode  : 2" in text, text[-3000:]
     assert took < 2 * TIMEOUT + 30
-    (tmp_path.parent / "kill-test-survivor.log").write_text(f"ended {took:.1f} s after the kill\n{text}")
+    (tmp_path.parent / f"kill-test-survivor-{dead}.log").write_text(f"ended {took:.1f} s after the kill\n{text}")
