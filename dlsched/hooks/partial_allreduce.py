@@ -40,6 +40,11 @@ Every wait is bounded by ``timeout``: a dead peer fails gloo's collective or
 the store at once, a stalled one makes them time out; either way the error
 reaches the training loop as :class:`PartialCollectiveError`.
 
+Under ``torchrun`` (a user's own training loop, docs/torchrun.md),
+:meth:`PartialAllreduce.from_env` joins the job from the launcher's variables
+(:func:`dlsched.runtime.torchrun.join`), opens the two store connections and
+makes the schedule's own gloo group.
+
 Public API: :class:`PartialAllreduce`, :class:`RoundRecord`,
 :func:`majority_initiator`, :class:`PartialCollectiveError`, :data:`MODES`.
 """
@@ -51,6 +56,7 @@ from dataclasses import dataclass
 
 from dlsched.errors import DlschedError
 
+from dlsched.runtime import torchrun
 from dlsched.runtime.ps_failures import seconds, transfer_failure
 
 #: The partial collectives (eager-SGD §4.1, §4.2), and ``full``: the same schedule activated by the last
@@ -159,6 +165,33 @@ class PartialAllreduce:
         self.max_age = 0
         self.t0 = time.perf_counter()        # records' times are seconds after this
         self._thread = threading.Thread(target=self._progress, name="dlsched-partial-allreduce", daemon=True)
+
+    @classmethod
+    def from_env(cls, numel: int, mode: str, rounds: int, timeout: float, seed: int = 0, sync_every: int = 0,
+                 name: str = "partial") -> PartialAllreduce:
+        """The schedule of this process in a job launched by ``torchrun``: joins the job (``env://``, if not
+        joined yet), opens two connections to its store (keys in ``name``'s namespace of the run) and makes a
+        gloo group of all processes for the schedule alone. Every process must call it, in the same order
+        relative to its other groups; call :meth:`start` next.
+
+        Raises
+        ------
+        NotUnderTorchrun, TorchrunError
+            Not launched by torchrun, or the job could not be joined.
+        PartialCollectiveError
+            A bad setting, or the group could not be made within ``timeout``.
+        """
+        import torch.distributed as dist
+        env = torchrun.join(timeout)
+        store = torchrun.store_client(env, timeout, name)
+        progress = torchrun.store_client(env, timeout, name)
+        try:
+            group = dist.new_group(backend="gloo", timeout=seconds(timeout))
+        except Exception as e:  # noqa: BLE001
+            raise PartialCollectiveError(f"rank {env.rank}: making the schedule's group failed "
+                                         f"({str(e).splitlines()[0][:300]})") from None
+        return cls(store, progress, group, env.rank, env.world_size, numel, mode, seed, rounds, timeout,
+                   prefix=name, sync_every=sync_every)
 
     def start(self, t0: float | None = None) -> None:
         """Start the progress thread; round times are measured from ``t0`` (``time.perf_counter``)."""

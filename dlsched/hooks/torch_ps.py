@@ -64,8 +64,11 @@ the public entry and the rank entry point (``python -m dlsched.hooks.torch_ps``)
 
 Public API: :class:`PSConfig`, :func:`check_settings`, :func:`config_from_priority_file`,
 :func:`check_priority_file`, :func:`order_from_module`, :func:`build_model`,
-:func:`load_factory` (that of :mod:`dlsched.factory`), :func:`ps_train` (run one
-rank in this process), :func:`launch_local` (spawn a whole cluster on localhost),
+:func:`load_factory` (that of :mod:`dlsched.factory`), :func:`run_ps_rank` (run this
+process's rank of a job launched by ``torchrun``, in the user's own script; see
+docs/torchrun.md), :func:`exit_on_error` (a rank's error as one line and exit 2),
+:func:`ps_train` (run one rank at a given rendezvous), :func:`launch_local` (spawn
+a whole cluster on localhost, whose ranks run :func:`run_ps_rank`),
 :class:`PSRun`, :func:`reference_train` (the single-process equivalent),
 :class:`PSTrainingError`, :class:`PSConfigError`, :func:`rank_command`,
 :func:`rank_env`, :func:`free_port`; :func:`watch_launcher` is re-exported from
@@ -74,6 +77,7 @@ launcher. The timeline format is :mod:`dlsched.timeline`.
 """
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import asdict, dataclass, field
 
@@ -87,45 +91,64 @@ from dlsched.runtime.ps_data import global_batch, global_target, loss_of, refere
 from dlsched.runtime.ps_failures import PSTrainingError, seconds, transfer_failure
 from dlsched.runtime.ps_model import build_model, order_from_module
 from dlsched.runtime.ps_protocol import Tags, send_order
+from dlsched.runtime.torchrun import TorchrunError, exit_on_error, job_env, job_environment, join
 from dlsched.timeline import Timeline
 
 from .ps_server import run_server
 from .ps_worker import PSWorker
 
 __all__ = ["MAX_TIMEOUT", "PSConfig", "PSConfigError", "PSRun", "PSTrainingError", "PSWorker", "Tags",
-           "build_model", "check_priority_file", "check_settings", "config_from_priority_file", "free_port",
-           "global_batch", "global_target", "launch_local", "load_factory", "loss_of", "main",
-           "order_from_module", "ps_train", "rank_command", "rank_env", "reference_train", "run_server",
-           "send_order", "watch_launcher"]
+           "build_model", "check_priority_file", "check_settings", "config_from_priority_file", "exit_on_error",
+           "free_port", "global_batch", "global_target", "launch_local", "load_factory", "loss_of", "main",
+           "order_from_module", "ps_train", "rank_command", "rank_env", "reference_train", "run_ps_rank",
+           "run_server", "send_order", "watch_launcher"]
 
 #: the module every rank runs (``python -m ENTRY``): this one, whose :func:`main` is the rank entry point
 ENTRY = "dlsched.hooks.torch_ps"
 
 
-def ps_train(rank: int, cfg: PSConfig, init_method: str) -> dict:
-    """Run rank ``rank`` of the job in this process (blocks until done).
+def run_ps_rank(cfg: PSConfig) -> dict:
+    """Run this process's rank of a parameter-server job launched by ``torchrun`` (or :func:`launch_local`).
 
-    Returns ``{"params": {name: tensor}}`` on a server (its shard after training)
-    and ``{"timeline": {...}}`` on a worker.
+    Ranks ``0 .. S-1`` serve, the others work; ``WORLD_SIZE`` must be
+    ``cfg.servers + cfg.workers``. Joins through ``env://``
+    (:func:`dlsched.runtime.torchrun.join`), every wait bounded by
+    ``cfg.timeout``; blocks until the job is done. Returns ``{"params": {name: tensor}}``
+    on a server (its shard after training) and ``{"timeline": {...}}`` on a worker.
+
+    In a user's script (``torchrun --nproc-per-node 3 train.py``)::
+
+        cfg = PSConfig(model="my_model.py:factory", order=order_from_module("my_model.py:factory"),
+                       servers=1, workers=2, iterations=5, batch=4)
+        with exit_on_error():           # dlsched: error: ... and exit 2 on a failure
+            result = run_ps_rank(cfg)
 
     Raises
     ------
+    NotUnderTorchrun
+        A launcher variable (``RANK``, ``WORLD_SIZE``, ...) is missing.
+    PSConfigError
+        ``WORLD_SIZE`` is not ``servers + workers``.
     PSTrainingError
-        A transfer failed or timed out, or a peer died.
+        Joining the job failed, a transfer failed or timed out, or a peer died.
     ImportFailure
         The model's factory cannot be loaded or called.
     """
     import torch
     import torch.distributed as dist
-    torch.set_num_threads(max(1, cfg.threads))
+    env = job_env()
     world = cfg.servers + cfg.workers
+    if env.world_size != world:
+        raise PSConfigError(f"the job has WORLD_SIZE={env.world_size} processes, but the configuration has "
+                            f"{cfg.servers} servers + {cfg.workers} workers = {world}; start "
+                            f"{world} processes (e.g. torchrun --nproc-per-node {world})")
+    rank = env.rank
+    torch.set_num_threads(max(1, cfg.threads))
     module, inputs = build_model(cfg)
     try:
-        dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world,
-                                timeout=seconds(cfg.timeout))
-    except Exception as e:
-        raise transfer_failure(f"rank {rank}: could not join the job at {init_method} within {cfg.timeout:g} s",
-                               e) from None
+        join(cfg.timeout)
+    except TorchrunError as e:
+        raise PSTrainingError(str(e)) from None
     if rank < cfg.servers:
         result = run_server(cfg, rank, module)
     else:
@@ -135,6 +158,16 @@ def ps_train(rank: int, cfg: PSConfig, init_method: str) -> dict:
     except Exception as e:
         raise transfer_failure(f"rank {rank}: final barrier failed", e) from None
     return result
+
+
+def ps_train(rank: int, cfg: PSConfig, init_method: str) -> dict:
+    """Run rank ``rank`` of the job meeting at ``init_method`` (``tcp://HOST:PORT``) in this process:
+    sets the launcher variables in this process's environment, then :func:`run_ps_rank`."""
+    try:
+        os.environ.update(job_environment(rank, cfg.servers + cfg.workers, init_method))
+    except TorchrunError as e:
+        raise PSConfigError(str(e)) from None
+    return run_ps_rank(cfg)
 
 
 @dataclass
@@ -230,7 +263,7 @@ def launch_local(cfg: PSConfig, timeout: float | None = None, workdir: str | Non
 def main(argv=None) -> None:
     """The entry point of one rank (``python -m dlsched.hooks.torch_ps --config ... --rank R ...``)."""
     launcher.rank_main(argv, "one rank of a dlsched parameter-server job",
-                       lambda config, rank, init: ps_train(rank, PSConfig(**config), init))
+                       lambda config, rank, init: run_ps_rank(PSConfig(**config)))
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ from dataclasses import asdict, dataclass, field
 
 from dlsched.errors import DlschedError
 from dlsched.hooks.partial_allreduce import PartialAllreduce
-from dlsched.runtime import launcher
+from dlsched.runtime import launcher, torchrun
 from dlsched.runtime.ps_failures import seconds, transfer_failure
 
 #: ``ddp`` is the synchronous baseline, ``solo`` and ``majority`` eager-SGD's partial collectives, ``full`` the
@@ -250,16 +250,17 @@ def _fail_here(cfg, rank, step):
 
 
 def run_rank(config: dict, rank: int, init_method: str) -> dict:
-    """Train one rank (the launcher's ``run_rank``); returns its measurements and final parameters."""
+    """Train one rank (the launcher's ``run_rank``); returns its measurements and final parameters.
+
+    The rank joins from the launcher variables in its environment (:func:`dlsched.runtime.torchrun.join`),
+    which the launcher set from ``init_method``."""
     import torch
     import torch.distributed as dist
     cfg = EagerConfig(**config)
     torch.set_num_threads(1)
-    host, port = init_method[len("tcp://"):].rsplit(":", 1)
-    try:
-        store = dist.TCPStore(host, int(port), cfg.processes, rank == 0, seconds(cfg.timeout))
-        dist.init_process_group("gloo", store=store, rank=rank, world_size=cfg.processes,
-                                timeout=seconds(cfg.timeout))
+    try:  # through env://, as a user's torchrun script joins (the launcher set RANK, MASTER_ADDR, ...)
+        env = torchrun.join(cfg.timeout)
+        store = torchrun.store_client(env, cfg.timeout, "eager")
         aux = dist.new_group(backend="gloo", timeout=seconds(cfg.timeout))  # barriers, model syncs
     except Exception as e:
         raise transfer_failure(f"rank {rank}: joining the job failed", e) from None
@@ -274,7 +275,10 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
         ddp = torch.nn.parallel.DistributedDataParallel(model)
         opt = torch.optim.SGD(ddp.parameters(), lr=cfg.lr)
     else:
-        client = dist.TCPStore(host, int(port), cfg.processes, False, seconds(cfg.timeout))
+        try:
+            client = torchrun.store_client(env, cfg.timeout, "eager")
+        except torchrun.TorchrunError as e:
+            raise transfer_failure(f"rank {rank}: joining the job failed", e) from None
         pa = PartialAllreduce(store, client, dist.group.WORLD, rank, cfg.processes, numel, cfg.collective, cfg.seed,
                               cfg.iterations, cfg.timeout, sync_every=cfg.sync_every)
     grad_sum = torch.zeros(numel, dtype=torch.float64)

@@ -8,6 +8,12 @@ for every rank, watches them, and returns their exit codes, stderr and results.
 The rank side is :func:`rank_main`, which ``ENTRY`` calls with its own
 function for running one rank.
 
+Each rank's environment also holds what ``torchrun`` would set (``RANK``,
+``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``;
+:func:`~dlsched.runtime.torchrun.job_environment`), so a rank joins with
+:func:`dlsched.runtime.torchrun.join`, the function a user's own ``torchrun``
+script calls: this launcher is a convenience over the same code.
+
 Lifetime (:mod:`dlsched.runtime.lifetime`): the ranks never outlive the launcher.
 Each one ends within about a second of the launcher's death, even by SIGKILL;
 while the job runs SIGTERM, SIGINT and SIGHUP first kill every rank, then end
@@ -39,6 +45,7 @@ from typing import Callable
 from dlsched.errors import DlschedError
 
 from .lifetime import children_die_with_launcher, end_children, left_by_the_dead, watch_launcher
+from .torchrun import TorchrunError, job_environment
 
 
 class LaunchRefused(DlschedError):
@@ -118,9 +125,11 @@ def launch_ranks(entry: str, config: dict, world: int, *, job_timeout: float, gr
     prefixes : list of list of str, optional
         ``prefixes[rank]`` is prepended to a rank's command (e.g. ``ip netns exec NS``).
     env : list of dict, optional
-        ``env[rank]`` replaces a rank's environment (default :func:`rank_env`).
+        ``env[rank]`` replaces a rank's environment (default :func:`rank_env`);
+        the torchrun variables of the rank are added to it.
     init_method : str, optional
-        The process group's rendezvous (default: a free TCP port on loopback).
+        The process group's rendezvous, ``tcp://HOST:PORT`` (default: a free TCP port on loopback),
+        given to each rank as ``MASTER_ADDR`` and ``MASTER_PORT``.
     keep : bool
         Keep the job directory (config, each rank's stderr and result file) and
         give its path as ``JobResult.workdir``, or ``workdir`` on the error. By
@@ -151,6 +160,11 @@ def launch_ranks(entry: str, config: dict, world: int, *, job_timeout: float, gr
     for what, per_rank in (("prefixes", prefixes), ("env", env)):
         if per_rank is not None and len(per_rank) != world:
             problems.append(f"{what} must have one entry per rank ({world}), got {len(per_rank)}")
+    if init_method is not None:
+        try:
+            job_environment(0, world, init_method)
+        except TorchrunError as e:
+            problems.append(str(e))
     if problems:
         raise refused(f"invalid {kind} configuration: " + "; ".join(problems))
     try:
@@ -206,9 +220,13 @@ def _run_job(entry, config, world, tmp, procs, limit, grace, on_start, prefixes,
         for r in range(world):
             cmd = (prefixes[r] if prefixes else []) + rank_command(
                 entry, cfg_path, r, init, os.path.join(tmp, f"rank{r}.pt"), parent=os.getpid())
+            # what torchrun would set: the rank joins through env:// like a user's torchrun script
+            rank_vars = {k: v for k, v in (env[r] if env else rank_env()).items()
+                         if not k.startswith("TORCHELASTIC_")}  # a launcher under torchrun: its store is not ours
+            rank_vars.update(job_environment(r, world, init))
             with open(os.path.join(tmp, f"rank{r}.err"), "w") as log:
                 # own session: a terminal's Ctrl-C reaches the launcher only, which then kills the group
-                procs.append(subprocess.Popen(cmd, env=env[r] if env else rank_env(), stdout=subprocess.DEVNULL,
+                procs.append(subprocess.Popen(cmd, env=rank_vars, stdout=subprocess.DEVNULL,
                                               stderr=log, start_new_session=True))
         if on_start:
             on_start(procs)

@@ -9,8 +9,9 @@ atexit and signal handlers so a failed or interrupted run leaves nothing
 behind; what a SIGKILLed run left is removed by the next one, and only when
 its owner is dead (:func:`sweep`). Host 0 is the
 parameter server: its link is limited to the ``tc`` rate (``1gbit``,
-``500mbit``) in both directions, so every transfer crosses a real, shaped link.
-Needs root (:func:`available` says whether this process can make namespaces).
+``500mbit``) in both directions, so every transfer crosses a real, shaped link;
+``rate=None`` leaves every link unshaped (hosts that only need separate network
+stacks, e.g. two machines each running ``torchrun``). Needs root (:func:`available` says whether this process can make namespaces).
 
 Examples
 --------
@@ -80,7 +81,7 @@ def sweep() -> list[str]:
 
 
 class Cluster:
-    def __init__(self, hosts: int, rate: str = "1gbit"):
+    def __init__(self, hosts: int, rate: str | None = "1gbit"):
         tag = f"dls{os.getpid()}"
         self.hub = f"{tag}_hub"
         self.names = [f"{tag}_h{i}" for i in range(hosts)]
@@ -114,7 +115,7 @@ class Cluster:
             sh("ip", "-n", hub, "link", "set", outer, "master", "dlsbr")
             sh("ip", "-n", hub, "link", "set", outer, "up")
         # host 0 is the parameter server: limit its link in both directions
-        for ns, dev in ((self.names[0], self.ifname(0)), (hub, "dlsb0")):
+        for ns, dev in ((self.names[0], self.ifname(0)), (hub, "dlsb0")) if self.rate else ():
             sh("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", self.rate,
                "burst", "128kb", "latency", "100ms")
 
