@@ -111,14 +111,14 @@ def _ps_reference(servers: int, workers: int, iterations: int = STEPS):
 # -- one machine ---------------------------------------------------------------------------------
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("script", ["ddp_train", "partial_allreduce_train", "ps_train"])
+@pytest.mark.parametrize("script", ["ddp_train", "partial_allreduce_train", "ps_train", "ordered_train"])
 def test_each_hook_under_torchrun_equals_the_reference(script, tmp_path):
     """torchrun --standalone --nproc-per-node 2: DDP with the plan's kwargs and the partial all-reduce (full)
     equal single-process SGD on the global batch after 5 steps; the PS hook equals its own reference."""
     import torch
     out = tmp_path / "params.pt"
     extra = {"ddp_train": ["--plan", str(tmp_path / "plan.json")], "partial_allreduce_train": ["--mode", "full"],
-             "ps_train": []}[script]
+             "ps_train": [], "ordered_train": []}[script]
     # a cap far below the model: several buckets, each all-reduced on its own, into views of the gradients
     (tmp_path / "plan.json").write_text(json.dumps({"ddp_kwargs": {"bucket_cap_mb": 0.0002,
                                                                    "gradient_as_bucket_view": True}}))
@@ -217,7 +217,7 @@ def test_the_plan_keeps_ddps_default_cap_as_none(tmp_path):
 
 # -- two machines: two network namespaces on a bridge ---------------------------------------------
 
-def _two_machines(tmp_path, script_args: list[str]):
+def _two_machines(tmp_path, script_args: list[str], script: str = "ps_train"):
     """Start ``torchrun --nnodes 2 --nproc-per-node 1`` in each of two namespaces, meeting at a c10d
     rendezvous on host 0's bridge address; returns ``(cluster, procs, logs)``."""
     from dlsched.runtime.netns import Cluster
@@ -232,7 +232,7 @@ def _two_machines(tmp_path, script_args: list[str]):
             "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
             "--rdzv-endpoint", f"{cluster.address(0)}:{port}", "--rdzv-id", run_id,
             "--rdzv-conf", f"is_host={int(i == 0)},join_timeout=60", "--local-addr", cluster.address(i),
-            "--max-restarts", "0", str(EXAMPLES / "ps_train.py"), *script_args)
+            "--max-restarts", "0", str(EXAMPLES / f"{script}.py"), *script_args)
         logs.append(tmp_path / f"machine{i}.log")
         procs.append(_start(cmd, logs[-1], _env(cluster.ifname(i))))
     return cluster, procs, logs
@@ -244,28 +244,32 @@ needs_netns = pytest.mark.skipif(not __import__("dlsched.runtime.netns", fromlis
 
 @needs_netns
 @pytest.mark.timeout(300)
-def test_ps_hook_on_two_machines_runs_to_completion(tmp_path):
+@pytest.mark.parametrize("script", ["ps_train", "ordered_train"])
+def test_each_hook_on_two_machines_runs_to_completion(script, tmp_path):
     import torch
     out = tmp_path / "params"
-    cluster, procs, logs = _two_machines(tmp_path, ["--out", str(out)])
+    cluster, procs, logs = _two_machines(tmp_path, ["--out", str(out)], script)
     try:
         codes = _finish(procs, 240)
     finally:
         cluster.destroy()
     text = [log.read_text(errors="replace") for log in logs]
     assert codes == [0, 0], "\n----\n".join(t[-3000:] for t in text)
-    # the rendezvous decides which machine gets rank 0, the server
-    _assert_close(torch.load(f"{out}.rank0"), _ps_reference(1, 1))
+    if script == "ps_train":  # the rendezvous decides which machine gets rank 0, the server
+        _assert_close(torch.load(f"{out}.rank0"), _ps_reference(1, 1))
+    else:
+        _assert_close(torch.load(out), _toy().reference(STEPS, 2, BATCH, LR))
 
 
 @needs_netns
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("dead", [1, 0], ids=["other-machine-dies", "rendezvous-host-dies"])
-def test_killing_one_machine_ends_the_other_with_the_hooks_error(dead, tmp_path):
+@pytest.mark.parametrize("script, dead", [("ps_train", 1), ("ps_train", 0), ("ordered_train", 1)],
+                         ids=["ps-other-machine-dies", "ps-rendezvous-host-dies", "ordered-other-machine-dies"])
+def test_killing_one_machine_ends_the_other_with_the_hooks_error(script, dead, tmp_path):
     """SIGKILL one machine's torchrun and its worker mid-training: the other machine's rank fails its next
     transfer, prints ``dlsched: error: ...`` and exits 2 (torchrun's summary: ``exitcode  : 2``; torchrun
     exits 1), within the hook's timeout. Also when the dead machine hosted the rendezvous store."""
-    cluster, procs, logs = _two_machines(tmp_path, ["--iterations", "100000", "--timeout", str(TIMEOUT)])
+    cluster, procs, logs = _two_machines(tmp_path, ["--iterations", "100000", "--timeout", str(TIMEOUT)], script)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not all("joining" in log.read_text(errors="replace") for log in logs):
@@ -287,4 +291,4 @@ def test_killing_one_machine_ends_the_other_with_the_hooks_error(dead, tmp_path)
     assert err and ("a peer process probably died" in err[0] or "timed out" in err[0]), text[-3000:]
     assert "exitcode  : 2" in text, text[-3000:]
     assert took < 2 * TIMEOUT + 30
-    (tmp_path.parent / f"kill-test-survivor-{dead}.log").write_text(f"ended {took:.1f} s after the kill\n{text}")
+    (tmp_path.parent / f"kill-test-{script}-survivor-{dead}.log").write_text(f"ended {took:.1f} s after the kill\n{text}")
