@@ -8,7 +8,8 @@ steps on data of its own (drawn from its rank and the step) with cross-entropy a
 - each schedule of ``schedules`` (name → pieces): a fresh copy of the model under
   :class:`~dlsched.hooks.ordered_allreduce.OrderedAllreduce`, per-parameter optimizers, no ``step()``.
 
-Each rank returns its flat parameters after each run and the hook's step records. ``fail`` makes
+A schedule given as ``"per-parameter"`` is :func:`~dlsched.hooks.ordered_allreduce.pieces_per_parameter`
+of the rank's model; ``unused`` adds a parameter the loss never reaches. Each rank returns its flat parameters after each run and the hook's step records. ``fail`` makes
 rank ``fail["rank"]`` SIGKILL or SIGSTOP itself in step ``fail["step"]`` of the first schedule, between
 forward and backward, after writing the time to ``fail["dir"]/victim``; a survivor that catches
 :class:`~dlsched.hooks.ordered_allreduce.OrderedAllreduceError` writes the time to
@@ -71,8 +72,12 @@ def _ddp(cfg, rank):
 
 def _ordered(cfg, rank, pieces, fail):
     import torch
-    from dlsched.hooks.ordered_allreduce import OrderedAllreduce
+    from dlsched.hooks.ordered_allreduce import OrderedAllreduce, pieces_per_parameter
     model, _ = model_and_names(cfg["batch"])
+    if cfg.get("unused"):  # a parameter the loss never reaches
+        model.register_parameter("unused", torch.nn.Parameter(torch.zeros(3)))
+    if pieces == "per-parameter":
+        pieces = pieces_per_parameter(model)
     oar = OrderedAllreduce(model, pieces, lambda ps: torch.optim.SGD(ps, lr=cfg["lr"], momentum=cfg["momentum"]),
                            timeout=cfg["timeout"])
     for t in range(cfg["steps"]):

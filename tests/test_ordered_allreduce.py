@@ -6,6 +6,7 @@
 - the step records hold every piece, issued in order, and every parameter's update;
 - a SIGKILLed or a stalled (SIGSTOP) rank ends the other with exit code 2 and one
   ``dlsched: error:`` line, within the timeout;
+- a parameter without gradient fails its step's backward (exit 2, one process);
 - construction refuses a schedule that misses or duplicates elements (hypothesis, no processes).
 
 The jobs (``tests/ordered_ar_jobs.py``) start real processes: run this file under
@@ -21,8 +22,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dlsched.hooks.ordered_allreduce import (OrderedAllreduce, PieceCoverageError, check_pieces,
-                                             pieces_per_parameter)
+from dlsched.hooks.ordered_allreduce import (OrderedAllreduce, OrderedAllreduceError, PieceCoverageError,
+                                             check_pieces, pieces_per_parameter)
 from tests.ordered_ar_jobs import model_and_names, run_job
 
 pytestmark = pytest.mark.timeout(300)
@@ -128,6 +129,15 @@ def test_dead_or_stalled_peer_ends_the_other_with_exit_2(tmp_path, how, victim):
     assert time.monotonic() - t0 < 4 * timeout + 120
 
 
+def test_a_parameter_without_gradient_fails_its_backward():
+    """As DDP without find_unused_parameters: the step's backward raises, the rank exits 2 (one process)."""
+    from dlsched.runtime.launcher import JobFailed
+    with pytest.raises(JobFailed) as ei:
+        run_job({**BASE, "unused": True, "schedules": {"per": "per-parameter"}}, world=1)
+    assert ei.value.returncodes == [2], str(ei.value)
+    assert "rank 0: 1 parameter(s) got no gradient in step 0 ('unused')" in str(ei.value)
+
+
 # -- the coverage check (no processes) ------------------------------------------------------------
 
 def _model():
@@ -155,6 +165,12 @@ def test_construction_refuses_frozen_parameters_in_the_schedule():
     m[0].bias.requires_grad_(False)
     with pytest.raises(PieceCoverageError, match="'0.bias', which is not a trainable"):
         OrderedAllreduce(m, pieces_per_parameter(_model()), lambda ps: torch.optim.SGD(ps, lr=0.1))
+
+
+def test_construction_refuses_a_parameter_off_the_cpu():
+    m = _model().to("meta")
+    with pytest.raises(OrderedAllreduceError, match="'0.weight' is on meta; the ordered all-reduce runs on CPU"):
+        OrderedAllreduce(m, pieces_per_parameter(m), lambda ps: torch.optim.SGD(ps, lr=0.1))
 
 
 @st.composite
