@@ -26,6 +26,7 @@ PACKAGES = {"dlsched": "dlsched"}
 # Modules whose examples need a framework (the module itself imports without it).
 NEEDS = {
     "dlsched.factory": "torch",
+    "dlsched.hooks.ordered_allreduce": "torch",
     "dlsched.hooks.torch_ps": "torch",
     "dlsched.importers.onnx_importer": "onnx",
     "dlsched.importers.torch_importer": "torch",

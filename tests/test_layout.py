@@ -18,8 +18,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "dlsched"
 MAX_PARAMETERS = 8
 MAX_COMMAND_LINES = 120
-# What a training script imports: the PS hook and its two sides, the TF hook, the partial collectives.
-HOOKS = {"__init__.py", "torch_ps.py", "ps_worker.py", "ps_server.py", "tf_order.py", "partial_allreduce.py"}
+# What a training script imports: the PS hook and its two sides, the TF hook, the partial collectives,
+# the ordered all-reduce.
+HOOKS = {"__init__.py", "torch_ps.py", "ps_worker.py", "ps_server.py", "tf_order.py", "partial_allreduce.py",
+         "ordered_allreduce.py"}
 
 
 def _imported_modules(path: Path) -> set[str]:
