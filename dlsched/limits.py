@@ -98,6 +98,10 @@ RANKS = Budget("rank processes", 64, "--processes, or --workers and --servers")
 #: Real jobs: one step of one rank is a rank-step, 5-100 ms on the examples, so 200,000 are up to an hour
 #: or two on 2 cores (``benchmarks/bench_eager_real.py``: 8 ranks × 3 collectives × ≤ 300 steps).
 REAL_STEPS = Budget("rank-steps", 200_000, "--iterations, --processes / --workers or --collective")
+#: ``plan-ddp``: its simulated steps, counted as SIMULATE counts them (each cap's step once, each piece
+#: size's unrolled iterations with their pieces); the examples take well under 100,000.
+PLAN_DDP = Budget("simulated op-steps", 10_000_000,
+                  "the number of --caps and --piece-bytes values, or the number of pieces (a larger --piece-bytes)")
 #: ``replay-batch``: one worker's step under one policy is a worker-step; the replay keeps a row of each
 #: (~1 kB), so 10 M are about 10 GB at most and a few minutes (``make demo``: 4 × 300 × 4 = 4,800).
 REPLAY = Budget("replayed worker-steps", 10_000_000, "--iterations, --workers or --policy")
@@ -238,6 +242,19 @@ def batch_search_work(caps: Sequence[int], global_batch: int) -> Work:
     """Curve values the exact batch split evaluates (:data:`PLAN_BATCH`): ``Σ_i (min(cap_i, X) + 1)``."""
     return Work(sum(min(int(c), global_batch) + 1 for c in caps),
                 f"{plural(len(caps), 'worker')} × up to {_n(global_batch)} samples each")
+
+
+def ddp_plan_work(ops: int, caps: int, pieces: Sequence[int], iterations: int) -> Work:
+    """Op-steps of ``plan-ddp`` (:data:`PLAN_DDP`): ``ops`` per cap (and two more steps), and
+    ``iterations × (ops + pieces)`` per piece size.
+
+    >>> ddp_plan_work(100, 3, [10, 1000], 6).amount
+    7760
+    """
+    amount = ops * (caps + 2) + sum(iterations * (ops + p) for p in pieces)
+    return Work(amount, f"{_n(ops)} ops × {plural(caps + 2, 'step')} + {plural(iterations, 'iteration')} × "
+                        f"(ops + pieces) for {plural(len(pieces), 'piece size')}, up to {_n(max(pieces, default=0))} "
+                        "pieces each")
 
 
 def table_work(rows: int) -> Work:

@@ -195,3 +195,28 @@ def test_order_file_round_trip_and_refusals(tmp_path):
             read_order_file(path)
     with pytest.raises(OrderFileError, match="cannot read"):
         read_order_file(tmp_path / "missing.json")
+
+
+def test_documented_uses_fit_the_budget():
+    from dlsched import limits
+    from dlsched.analyses.ddp_step import ITERATIONS
+    from dlsched.planning.ddp_plan import default_caps, default_piece_sizes
+
+    # ResNet-50's training DAG (1,372 ops, 161 gradients, 97.5 MiB), default caps and piece sizes
+    model = int(97.5 * 1024**2)
+    pieces = [-(-model // p) + 161 for p in default_piece_sizes(model)]
+    work = limits.ddp_plan_work(1_372, len(default_caps(model)), pieces, ITERATIONS)
+    assert work.amount <= limits.PLAN_DDP.limit // 10
+
+
+def test_first_iteration_and_unused_parameter_buckets():
+    """Before DDP's rebuild the whole model is one bucket (the step of one bucket); with
+    find_unused_parameters=True the buckets run in reverse registration order and never rebuild."""
+    g, t = random_dag(20, 8, training=True, seed=11)
+    net = Network(1e-4, 1e8, 4)
+    first = ddp_step(g, t, ddp_buckets_of(g, rebuilt=False), net)
+    whole = sum(s.bytes for s in g.sends())
+    one = ddp_step(g, t, [DDPBucket(tuple(p.name for p in g.recvs()), whole, "float32")], net)
+    assert len(first.transfers) == 1 and first.step_s == pytest.approx(one.step_s)
+    unused = ddp_step(g, t, ddp_buckets_of(g, 0.05, find_unused_parameters=True), net)
+    assert unused.lower_s - TOL <= unused.step_s <= unused.upper_s + TOL

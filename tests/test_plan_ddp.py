@@ -78,6 +78,7 @@ def test_text_and_order_file_cover_every_parameter(oracle, tmp_path):
     (("--workers", "4", "--caps", "0"), ("positive",)),
     (("--workers", "4", "--caps", "x"), ("--caps",)),
     (("--workers", "4", "--piece-bytes", "0"), ("piece",)),
+    (("--workers", "4", "--piece-bytes", "1"), ("--piece-bytes", "--max-work")),
     (("--workers", "4", "--mode", "inference"), ("inference",)),
     (("--workers", "4", "--measure-network", "--bandwidth", "1Gbps"), ("--measure-network", "--bandwidth")),
 ])

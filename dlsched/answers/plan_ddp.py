@@ -56,7 +56,7 @@ class Sweep:
 
 
 def plan_ddp(model: ModelSpec, oracle: OracleSpec, link: Link, sweep: Sweep = Sweep(),
-             write_order: str | None = None) -> dict:
+             write_order: str | None = None, max_work: int | None = None) -> dict:
     """Plan DDP for MODEL (module docstring); the report as a dict.
 
     Raises
@@ -64,7 +64,8 @@ def plan_ddp(model: ModelSpec, oracle: OracleSpec, link: Link, sweep: Sweep = Sw
     DlschedError
         Fewer than 2 workers, both a measurement and given figures, an
         inference graph, a bad cap, piece size or network, an unwritable
-        ``write_order``; an oracle that misses ops (``OracleError``).
+        ``write_order``; an oracle that misses ops (``OracleError``); more work than ``max_work``
+        (default :data:`dlsched.limits.PLAN_DDP`, ``WorkLimitError``).
     """
     if link.workers < 2:
         raise DlschedError(f"data parallelism needs at least 2 workers, got --workers {link.workers}")
@@ -77,7 +78,7 @@ def plan_ddp(model: ModelSpec, oracle: OracleSpec, link: Link, sweep: Sweep = Sw
     alpha, beta, source = _network(graph, times, link)
     network = Network(alpha, beta, link.workers, link.algorithm)
     plan = make_plan(graph, times, network, sweep.caps, sweep.piece_bytes,
-                     HostCosts(sweep.copy_bandwidth, sweep.optimizer_s_per_byte), sweep.priority)
+                     HostCosts(sweep.copy_bandwidth, sweep.optimizer_s_per_byte), sweep.priority, max_work)
     if write_order:
         write_order_file(_order_file(graph, plan), write_order)
     return _report(graph.name, plan, source, write_order)
@@ -124,18 +125,23 @@ def _report(name: str, plan: DDPPlan, source: str, write_order: str | None) -> d
 
 
 def why(plan: DDPPlan) -> str:
-    """One sentence: why the recommended step takes its time."""
+    """Why the recommended step takes its time, and what DDP's default would cost beside it."""
     step = plan.recommended.step
     share = step.exposed_comm_s / step.step_s if step.step_s else 0.0
     if plan.bound == "compute-bound":
-        return (f"compute-bound: only {share:.1%} of the step waits for the network, so the bucket size hardly "
-                "matters")
-    if plan.bound == "latency-bound":
-        return (f"latency-bound: {share:.1%} of the step waits for the network, and most of the all-reduce time "
+        text = f"compute-bound: at this cap only {share:.1%} of the step waits for the network"
+    elif plan.bound == "latency-bound":
+        text = (f"latency-bound: {share:.1%} of the step waits for the network, and most of the all-reduce time "
                 f"is its per-message latency ({step.latency_s / step.comm_s:.0%}): fewer, larger buckets help")
-    return (f"bandwidth-bound: {share:.1%} of the step waits for the network, and most of the all-reduce time "
-            f"is moving bytes ({1 - step.latency_s / step.comm_s:.0%}): the bucket size changes little, only more "
-            "overlap with compute (the order of the all-reduces) or a faster link does")
+    else:
+        text = (f"bandwidth-bound: {share:.1%} of the step waits for the network, and most of the all-reduce time "
+                f"is moving bytes ({1 - step.latency_s / step.comm_s:.0%}): the cap changes little, only more "
+                "overlap with compute (the order of the all-reduces) or a faster link does")
+    default = next(c for c in plan.caps if c.is_default)
+    if default is not plan.recommended:
+        text += (f"; DDP's default takes {default.step.step_s / step.step_s - 1:.1%} longer, its {default.buckets} "
+                 f"buckets leaving {default.step.exposed_comm_s * 1e3:.3g} ms of the all-reduce exposed")
+    return text
 
 
 def verdict(plan: DDPPlan) -> str:

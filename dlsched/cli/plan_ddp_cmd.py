@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import click
 
-from .common import (BANDWIDTH, DURATION, FiniteFloat, emit_json, exclusive, gather, model_options, oracle_options)
+from dlsched import limits
+
+from .common import (BANDWIDTH, DURATION, FiniteFloat, emit_json, exclusive, gather, max_work_option, model_options,
+                     oracle_options)
 
 
 def _link(workers, bandwidth, latency, measure_network, algorithm, network_timeout):
@@ -57,8 +60,9 @@ def _sweep(caps, piece_bytes, priority, copy_bandwidth):
 @gather("sweep", _sweep, ("caps", "piece_bytes", "priority", "copy_bandwidth"))
 @click.option("--write-order", type=click.Path(dir_okay=False), default=None,
               help="Write the ordered all-reduce's schedule at its best piece size (JSON, for its hook).")
+@max_work_option(limits.PLAN_DDP)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
-def plan_ddp(model, oracle, link, sweep, write_order, as_json):
+def plan_ddp(model, oracle, link, sweep, write_order, max_work, as_json):
     """The bucket_cap_mb to pass to DistributedDataParallel for MODEL, and why (issue 29).
 
     Simulates one process's DDP step in steady state (buckets all-reduced one
@@ -75,7 +79,7 @@ def plan_ddp(model, oracle, link, sweep, write_order, as_json):
 
     from .plan_ddp_views import print_plan
 
-    out = answer(model, oracle, link, sweep, write_order)
+    out = answer(model, oracle, link, sweep, write_order, max_work)
     if as_json:
         emit_json(out)
         return

@@ -43,7 +43,8 @@ from typing import Mapping, Sequence
 
 from dlsched.analyses.allreduce_order import OrderedSchedule, ordered_schedule
 from dlsched.analyses.ddp_buckets import DEFAULT_BUCKET_BYTES, FIRST_BUCKET_BYTES, ddp_buckets_of
-from dlsched.analyses.ddp_step import HostCosts, Network, StepResult, ddp_step, ordered_step
+from dlsched import limits
+from dlsched.analyses.ddp_step import ITERATIONS, HostCosts, Network, StepResult, ddp_step, ordered_step
 from dlsched.dag import Graph
 from dlsched.errors import DlschedError
 
@@ -142,7 +143,7 @@ def _bound(step: StepResult) -> str:
 
 def plan_ddp(graph: Graph, times: Mapping[str, float], network: Network, caps: Sequence[float] | None = None,
              piece_sizes: Sequence[int] | None = None, host: HostCosts = HostCosts(),
-             priority: str = "tic") -> DDPPlan:
+             priority: str = "tic", max_work: int | None = None) -> DDPPlan:
     """Sweep ``bucket_cap_mb`` and the ordered all-reduce's piece size for ``graph``; recommend (module docstring).
 
     Parameters
@@ -159,11 +160,15 @@ def plan_ddp(graph: Graph, times: Mapping[str, float], network: Network, caps: S
         Gradient copies and the optimizer (:class:`dlsched.analyses.ddp_step.HostCosts`).
     priority : str
         The ordered all-reduce's priorities (:data:`dlsched.analyses.allreduce_order.PRIORITIES`).
+    max_work : int, optional
+        Overrides :data:`dlsched.limits.PLAN_DDP`.
 
     Raises
     ------
     DlschedError
         An inference graph, fewer than 2 workers, a cap or piece size that is not positive.
+    WorkLimitError
+        More simulated op-steps than the budget, before any is simulated.
     """
     sends = graph.sends()
     if not sends:
@@ -177,6 +182,10 @@ def plan_ddp(graph: Graph, times: Mapping[str, float], network: Network, caps: S
     pieces = default_piece_sizes(model_bytes) if piece_sizes is None else list(piece_sizes)
     if not pieces or any(int(p) != p or p <= 0 for p in pieces):
         raise DlschedError(f"piece sizes must be positive whole numbers of bytes, got {list(pieces)}")
+    sizes = sorted(set(int(p) for p in pieces))
+    limits.check_work(limits.ddp_plan_work(len(graph), len(set(caps)),
+                                           [-(-model_bytes // p) + len(sends) for p in sizes], ITERATIONS),
+                      limits.PLAN_DDP, "plan-ddp", max_work)
     results = [_cap(graph, times, network, host, None)]
     results += [_cap(graph, times, network, host, float(c)) for c in sorted(set(caps))]
     fastest = min(results, key=lambda r: (r.step.step_s, r.bucket_cap_mb or 0.0))
@@ -185,7 +194,7 @@ def plan_ddp(graph: Graph, times: Mapping[str, float], network: Network, caps: S
     copying = ddp_step(graph, times, ddp_buckets_of(graph, chosen.bucket_cap_mb, times=times), network,
                        gradient_as_bucket_view=False, host=host)
     ordered = []
-    for size in sorted(set(int(p) for p in pieces)):
+    for size in sizes:
         schedule = ordered_schedule(graph, times, size, network.cost, priority)
         ordered.append(PieceResult(size, schedule, ordered_step(graph, times, schedule.pieces, network, host)))
     best = min(ordered, key=lambda r: (r.step.step_s, r.piece_bytes))
