@@ -48,6 +48,18 @@ def render_ddp(out: dict) -> None:
     console.print(f"plan-ddp recommends bucket_cap_mb={rec['label']} ({rec['bound']}); measured "
                   f"{_pct(rec['measured_loss_vs_best'])} against the best cap, {rec['best_measured']}: "
                   + ("within" if rec["within_target"] else "outside") + f" the {rec['target'] * 100:g}% target")
+    o = out.get("ordered")
+    if o:
+        console.print(column_table(
+            f"stock DDP (bucket_cap_mb={o['bucket_cap_mb']}) against the ordered all-reduce ({o['pieces']} pieces), "
+            f"{o['blocks']} blocks of {o['block']} steps each",
+            ("", "measured", "predicted"),
+            [("DDP step", fmt_seconds(o["measured_ddp"]), fmt_seconds(o["predicted_ddp"])),
+             ("ordered step", fmt_seconds(o["measured_ordered"]), fmt_seconds(o["predicted_ordered"])),
+             ("gain", f"{o['measured_gain']:.3f}x", f"{o['predicted_gain']:.3f}x")], left=("",)))
+        console.print(f"ordered all-reduce: gain error {o['gain_error']:+.3f}, "
+                      + ("within" if o["within_target"] else "outside") + f" the ±{o['target']:g} target; "
+                      f"parameters equal DDP's to {o['max_param_diff']:.1e}")
 
 
 def render(out: dict) -> None:

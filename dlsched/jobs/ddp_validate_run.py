@@ -44,10 +44,13 @@ from dlsched.runtime.hosts import open_hosts
 
 from .ddp_caps_run import CALIBRATION, run_caps, slot_name
 from .in_situ_oracle import in_situ_oracle
+from .ordered_run import OrderedRun, run_ordered
 
 _MB = 2**20
 #: profiled runs per op: the profile gives the step's shape; its level comes from the cluster
 PROFILE_RUNS = 5
+#: steps per block of the DDP-against-ordered job (the period is measured over the steps between its second and last)
+ORDERED_BLOCK = 6
 #: the most slots one sweep runs (each cap is a replica of the model in every rank)
 MAX_CAPS = 12
 
@@ -124,6 +127,7 @@ class DDPValidation:
     iterations: int
     wall_s: float
     plan: DDPPlan | None = None
+    ordered: OrderedRun | None = None
 
 
 def _check(model, workers, caps, iterations, warmup, max_work):
@@ -145,7 +149,7 @@ def _check(model, workers, caps, iterations, warmup, max_work):
 
 def run_ddp_validation(model: str, *, workers: int = 2, rate: str | None = "auto", caps: Sequence[float] | None = None,
                        batch: int = 8, threads: int = 1, network: str = "auto", iterations: int = 20,
-                       warmup: int = 3, timeout: float = 900.0, max_work: int | None = None,
+                       warmup: int = 3, ordered: bool = True, timeout: float = 900.0, max_work: int | None = None,
                        say: Callable[[str], None] = lambda s: None) -> DDPValidation:
     """Run ``model`` under torch's DDP at each bucket cap, and predict each (module docstring).
 
@@ -178,8 +182,32 @@ def run_ddp_validation(model: str, *, workers: int = 2, rate: str | None = "auto
         run = run_caps(model, slots, workers=workers, batch=batch, threads=threads, iterations=iterations,
                        warmup=warmup, allreduce_bytes=allreduce_sizes(model_bytes), timeout=timeout, hosts=hosts)
         host_info = {"kind": hosts.kind, "rate": hosts.rate, "note": hosts.note}
+        plan, fitted = _plan(graph, oracle, run, caps, model_bytes, workers)
+        measured_ordered = None
+        if ordered:
+            say(f"running stock DDP (bucket_cap_mb={plan.recommended.label}) against the ordered all-reduce "
+                f"({len(plan.best_ordered.schedule.pieces)} pieces of up to {plan.best_ordered.piece_bytes} bytes) "
+                f"in alternating blocks of {ORDERED_BLOCK} steps: {warmup} + {iterations} rounds")
+            measured_ordered = run_ordered(model, workers=workers, batch=batch, threads=threads,
+                                           bucket_cap_mb=plan.recommended.bucket_cap_mb,
+                                           pieces=plan.best_ordered.schedule.pieces, rounds=iterations,
+                                           warmup=max(1, warmup), block=ORDERED_BLOCK, timeout=timeout, hosts=hosts)
     finally:
         hosts.close()
+    net, compute, optimizer, scale = fitted
+    rows = []
+    for c in plan.caps:
+        measured = run.step_times(slot_name(c.bucket_cap_mb))
+        rows.append(CapRow(c.bucket_cap_mb, c.buckets, float(measured.mean()), float(np.median(measured)),
+                           float(np.percentile(measured, 95)), c.step.step_s, c.step.figures()))
+    timed = {"bytes": list(run.allreduce_bytes), "seconds": [float(s) for s in run.allreduce_s.mean(axis=1)]}
+    return DDPValidation(model, workers, batch, threads, host_info, rows, net, timed, compute, optimizer, scale,
+                         iterations, time.monotonic() - t0, plan, measured_ordered)
+
+
+def _plan(graph, oracle, run, caps, model_bytes, workers):
+    """plan-ddp on what the sweep measured: the profile scaled to the calibration steps' compute, the
+    optimizer's measured time, the ring fitted to the timed all-reduces."""
     calib = run.steps[CALIBRATION]
     compute = float(np.median(calib[:, :, 0].max(axis=1)))
     optimizer = float(np.median(calib[:, :, 1].max(axis=1)))
@@ -190,12 +218,5 @@ def run_ddp_validation(model: str, *, workers: int = 2, rate: str | None = "auto
     secs = run.allreduce_s.mean(axis=1)
     net = fit_ring(run.allreduce_bytes, secs, workers)
     host = HostCosts(optimizer_s_per_byte=optimizer / model_bytes)
-    plan = plan_ddp(graph, times, net, caps=caps, piece_sizes=[int(model_bytes)], host=host)
-    rows = []
-    for c in plan.caps:
-        measured = run.step_times(slot_name(c.bucket_cap_mb))
-        rows.append(CapRow(c.bucket_cap_mb, c.buckets, float(measured.mean()), float(np.median(measured)),
-                           float(np.percentile(measured, 95)), c.step.step_s, c.step.figures()))
-    return DDPValidation(model, workers, batch, threads, host_info, rows, net,
-                         {"bytes": list(run.allreduce_bytes), "seconds": [float(s) for s in secs]},
-                         compute, optimizer, scale, iterations, time.monotonic() - t0, plan)
+    plan = plan_ddp(graph, times, net, caps=caps, host=host)
+    return plan, (net, compute, optimizer, scale)
