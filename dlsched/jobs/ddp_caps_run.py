@@ -6,8 +6,8 @@ bucket_cap_mb=cap, gradient_as_bucket_view=True)``, so each cap keeps its own
 buckets (DDP fixes them when it rebuilds after its first iteration). A round
 runs one training step of every cap, in an order rotated each round so that no
 cap always follows the same one, plus one unscored *calibration* step: the
-same forward and backward under ``no_sync()`` (no all-reduce) and the
-optimizer, which gives the compute the cluster's ranks really spend beside
+same forward and backward of the wrapped module itself (DDP's hooks idle, no
+all-reduce) and the optimizer, which gives the compute the cluster's ranks really spend beside
 each other. Every step starts after a barrier, so the ranks start together,
 and the cluster's step time is the slowest rank's. The warm-up rounds (DDP's
 first iteration, with its one whole-model bucket, among them) are dropped.
@@ -34,7 +34,7 @@ from dlsched.runtime.ps_failures import seconds, transfer_failure
 
 #: the module every rank runs (``python -m ENTRY``)
 ENTRY = "dlsched.jobs.ddp_caps_run"
-#: the unscored slot of each round: forward and backward under ``no_sync()``, then the optimizer
+#: the unscored slot of each round: forward and backward of the wrapped module (no all-reduce), then the optimizer
 CALIBRATION = "calibration"
 #: calls per size when timing the all-reduce
 ALLREDUCE_CALLS = 5
@@ -48,8 +48,8 @@ class DDPJobFailed(DlschedError):
 class DDPCapsRun:
     """What the job measured, per slot (a cap's ``bucket_cap_mb`` as text, or :data:`CALIBRATION`).
 
-    ``steps[slot]`` is a ``(rounds, ranks, 3)`` array of seconds: forward + backward
-    (DDP's all-reduces inside), optimizer, whole step. ``allreduce`` maps bytes to
+    ``steps[slot]`` is a ``(rounds, ranks, 4)`` array of seconds: forward + backward
+    (DDP's all-reduces inside), optimizer, whole step, forward. ``allreduce`` maps bytes to
     the median seconds of one all-reduce, per rank (``(sizes, ranks)``).
     """
 
@@ -123,18 +123,17 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
                 ddp, opt = (replicas[first], opts[first]) if slot == CALIBRATION else (replicas[slot], opts[slot])
                 dist.barrier()
                 t0 = time.perf_counter()
-                loss = training_loss(ddp(*inputs))
-                if slot == CALIBRATION:
-                    with ddp.no_sync():
-                        loss.backward()
-                else:
-                    loss.backward()  # DDP's all-reduces run inside, overlapping the rest of backward
+                # calibration: the wrapped module itself, so DDP's hooks stay idle (under no_sync, torch 2.13's
+                # DDP on gloo still spent a whole-model all-reduce's time in backward)
+                loss = training_loss((ddp.module if slot == CALIBRATION else ddp)(*inputs))
+                tf = time.perf_counter()
+                loss.backward()  # in a DDP step its all-reduces run inside, overlapping the rest of backward
                 t1 = time.perf_counter()
                 opt.step()
                 opt.zero_grad(set_to_none=False)
                 t2 = time.perf_counter()
                 if r >= config["warmup"]:
-                    records[slot].append((t1 - t0, t2 - t1, t2 - t0))
+                    records[slot].append((t1 - t0, t2 - t1, t2 - t0, tf - t0))
         dist.barrier()
     except DlschedError:
         raise
