@@ -9,7 +9,7 @@ steps on data of its own (drawn from its rank and the step) with cross-entropy a
   :class:`~dlsched.hooks.ordered_allreduce.OrderedAllreduce`, per-parameter optimizers, no ``step()``.
 
 A schedule given as ``"per-parameter"`` is :func:`~dlsched.hooks.ordered_allreduce.pieces_per_parameter`
-of the rank's model; ``unused`` adds a parameter the loss never reaches. Each rank returns its flat parameters after each run and the hook's step records. ``fail`` makes
+of the rank's model, one given as ``{"order_file": PATH}`` the pieces of that order file; ``unused`` adds a parameter the loss never reaches. Each rank returns its flat parameters after each run and the hook's step records. ``fail`` makes
 rank ``fail["rank"]`` SIGKILL or SIGSTOP itself in step ``fail["step"]`` of the first schedule, between
 forward and backward, after writing the time to ``fail["dir"]/victim``; a survivor that catches
 :class:`~dlsched.hooks.ordered_allreduce.OrderedAllreduceError` writes the time to
@@ -78,6 +78,9 @@ def _ordered(cfg, rank, pieces, fail):
         model.register_parameter("unused", torch.nn.Parameter(torch.zeros(3)))
     if pieces == "per-parameter":
         pieces = pieces_per_parameter(model)
+    elif isinstance(pieces, dict):  # {"order_file": PATH}: what plan-ddp --write-order writes
+        from dlsched.formats.allreduce_order_file import read_order_file
+        pieces = read_order_file(pieces["order_file"]).pieces
     oar = OrderedAllreduce(model, pieces, lambda ps: torch.optim.SGD(ps, lr=cfg["lr"], momentum=cfg["momentum"]),
                            timeout=cfg["timeout"])
     for t in range(cfg["steps"]):

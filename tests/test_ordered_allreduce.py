@@ -1,8 +1,9 @@
 """The ordered all-reduce (issue 29 item 4) on real gloo processes, and its coverage check.
 
-- 2 ranks train ``small_cnn`` 5 steps with torch's own DDP and with the ordered all-reduce under three
+- 2 ranks train ``small_cnn`` 5 steps with torch's own DDP and with the ordered all-reduce under four
   schedules (one piece per parameter in reverse order; parameters split into slices, shuffled and
-  regrouped; forward order with the large layer split): the parameters equal DDP's to 1e-6;
+  regrouped; forward order with the large layer split; another split read from an order file, as
+  ``plan-ddp --write-order`` writes it): the parameters equal DDP's to 1e-6;
 - the step records hold every piece, issued in order, and every parameter's update;
 - a SIGKILLed or a stalled (SIGSTOP) rank ends the other with exit code 2 and one
   ``dlsched: error:`` line, within the timeout;
@@ -58,12 +59,23 @@ def _forward_split(model, parts=4):
     return pieces
 
 
+def _order_file(path, pieces):
+    """``pieces`` written as plan-ddp's order file (``formats/allreduce_order_file``)."""
+    from dlsched.formats.allreduce_order_file import OrderFile, OrderPiece, write_order_file
+    size = {n: p.element_size() for n, p in model_and_names()[0].named_parameters()}
+    write_order_file(OrderFile("small_cnn", "-", 2, 1 << 20, [
+        OrderPiece(tuple(pc), sum((b - a) * size[n] for n, a, b in pc), i) for i, pc in enumerate(pieces)]), path)
+    return str(path)
+
+
 @pytest.fixture(scope="module")
-def equal_job():
+def equal_job(tmp_path_factory):
     model, _ = model_and_names()
     schedules = {"reverse": pieces_per_parameter(model), "split_mixed": _split_mixed(model),
                  "forward_split": _forward_split(model)}
-    job = run_job({**BASE, "ddp": True, "schedules": schedules})
+    order = _order_file(tmp_path_factory.mktemp("order") / "order.json", _split_mixed(model, seed=5))
+    job = run_job({**BASE, "ddp": True, "schedules": {**schedules, "order_file": {"order_file": order}}})
+    schedules["order_file"] = _split_mixed(model, seed=5)
     return schedules, [p.numel() for p in model.parameters()], job.results
 
 

@@ -8,7 +8,8 @@ gradients are all-reduced as *pieces* (flat slices of parameters, contract in
 a large low-priority bucket can be split (as ByteScheduler and P3 do) and the
 first layers' pieces sent early; each parameter is updated as soon as its last
 piece is in, and a forward pre-hook on each module waits only for that module's
-own parameters, as the parameter-server worker does (:mod:`.ps_worker`).
+own parameters, as the parameter-server worker does (:mod:`.ps_worker`);
+DESIGN §4.8.
 
 Per step, on every rank:
 
@@ -58,6 +59,7 @@ Public API: :class:`OrderedAllreduce`, :class:`StepRecord`, :func:`check_pieces`
 """
 from __future__ import annotations
 
+import numbers
 import threading
 import time
 from dataclasses import dataclass, field
@@ -156,11 +158,11 @@ def check_pieces(numels: Mapping[str, int], pieces: Sequence) -> list[list[tuple
         norm = []
         for s in slices:
             ok = isinstance(s, (list, tuple)) and len(s) == 3 and isinstance(s[0], str) \
-                and all(isinstance(v, int) and not isinstance(v, bool) for v in s[1:])
+                and all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in s[1:])
             if not ok:
                 problems.append(f"piece {i}: {s!r} is not (parameter name, start, stop)")
                 continue
-            name, a, b = s
+            name, a, b = s[0], int(s[1]), int(s[2])
             if name not in numels:
                 problems.append(f"piece {i} names {name!r}, which is not a trainable parameter of the model")
             elif not 0 <= a < b <= numels[name]:
@@ -219,6 +221,8 @@ class OrderedAllreduce:
         training thread, and gloo matches collectives by their order in a group.
     timeout : float
         Seconds any single wait may take.
+    max_records : int
+        :attr:`records` keeps the last this many steps.
 
     Raises
     ------
@@ -236,13 +240,15 @@ class OrderedAllreduce:
     >>> oar.close()                           # the last step's updates are in          # doctest: +SKIP
     """
 
-    def __init__(self, module, pieces, make_optimizer: Callable, *, group=None, timeout: float = 60.0):
+    def __init__(self, module, pieces, make_optimizer: Callable, *, group=None, timeout: float = 60.0,
+                 max_records: int = 1000):
         import torch
         import torch.distributed as dist
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400:
             raise OrderedAllreduceError(f"timeout must be a number of seconds above 0 (at most a day), "
                                         f"got {timeout!r}")
         self.timeout = float(timeout)
+        self.max_records = max(1, int(max_records))
         self.params = {n: p for n, p in module.named_parameters() if p.requires_grad}
         for n, p in self.params.items():
             if p.device.type != "cpu":
@@ -311,7 +317,11 @@ class OrderedAllreduce:
             self._handles.append(p.register_post_accumulate_grad_hook(self._ready_hook(n)))
 
     def _raw_step(self, k: int) -> dict:
-        return self._raw.setdefault(k, {"ready": {}, "pieces": [], "updated": {}, "blocked": 0.0})
+        """Step ``k``'s raw times (under the lock); only the last ``max_records`` steps are kept."""
+        if k not in self._raw:
+            self._raw[k] = {"ready": {}, "pieces": [], "updated": {}, "blocked": 0.0}
+            self._raw.pop(k - self.max_records, None)
+        return self._raw[k]
 
     def _ready_hook(self, name: str):
         def hook(_p):
@@ -357,7 +367,8 @@ class OrderedAllreduce:
                 if k > 0:
                     self._raw_step(k - 1)["next_forward"] = t
         name, own = self._names_of[mod]
-        self._wait(own, f"module {name!r} ({', '.join(own[:3])}{' …' * (len(own) > 3)}) in step {k}'s forward")
+        self._wait(own, lambda: f"module {name!r} ({', '.join(own[:3])}{' …' * (len(own) > 3)}) in step {k}'s "
+                   "forward")
         done = time.perf_counter()
         with self._cond:
             raw = self._raw_step(k)
@@ -367,15 +378,16 @@ class OrderedAllreduce:
                 if k > 0:
                     self._raw_step(k - 1)["next_first_layer"] = done
 
-    def _wait(self, names, what: str) -> None:
-        """Wait until every gradient of ``names`` produced so far is applied; bounded by the deadline."""
+    def _wait(self, names, what: Callable[[], str]) -> None:
+        """Wait until every gradient of ``names`` produced so far is applied; bounded by the deadline.
+        ``what()`` names the wait in the error."""
         with self._cond:
             start = time.monotonic()
             while self.error is None and any(self.updated[n] < self.ready[n] for n in names):
                 left = max(start, self._progress_t) + self.timeout + MARGIN_S - time.monotonic()
                 if left <= 0:
                     self.error = OrderedAllreduceError(
-                        f"rank {self.rank}: the parameters of {what} were not updated within {self.timeout:g} s "
+                        f"rank {self.rank}: the parameters of {what()} were not updated within {self.timeout:g} s "
                         "of the all-reduce's last progress; a peer process probably stalled")
                     self._cond.notify_all()
                     break
@@ -393,7 +405,7 @@ class OrderedAllreduce:
         OrderedAllreduceError
             The communication failed, or made no progress within the timeout.
         """
-        self._wait(list(self.params), f"the model after step {self._backwards - 1}")
+        self._wait(list(self.params), lambda: f"the model after step {self._backwards - 1}")
 
     def zero_grad(self) -> None:
         """Nothing to clear: each gradient is cleared as its update lands, so a loop written for an
