@@ -4,8 +4,9 @@ For each configuration (``vgg_mid`` and the example transformer, training,
 2 and 4 workers, network namespaces with rank 0's link shaped by tc at the
 rate ``--rate auto`` picks: a ring all-reduce of the whole gradient as long
 as the step's compute) ``dlsched validate --dp ddp`` runs DDP's default and
-``bucket_cap_mb`` = 1, 2, 4, … MiB up to the whole model, interleaved one step
-each, ``ITERATIONS`` measured rounds after ``WARMUP``; ``REPEATS`` times. The
+a few ``bucket_cap_mb`` from 1 MiB up to the whole model, interleaved one step
+each, ``ITERATIONS`` measured rounds after ``WARMUP``; ``REPEATS`` times.
+The caps are 1 MiB, two between, and one that holds the whole model (:data:`CAPS`). The
 report gives, per cap, the median over repeats of the measured and predicted
 mean step and of the error, with the spread (min…max); and per repeat whether
 plan-ddp's recommended cap measured within 3% of the best cap.
@@ -43,7 +44,10 @@ BATCH = {"vgg_mid": 48, "transformer": 24}
 #: MODEL/WORKERS at the rate --rate auto picks, then the bandwidth-bound links (a quarter to a half of it) where
 #: plan-ddp predicts the ordered all-reduce's largest gain
 PARTS = [f"{m}/{p}" for m in MODELS for p in (2, 4)] + ["vgg_mid/2/200mbit", "transformer/2/150mbit"]
-ITERATIONS, WARMUP, REPEATS = 6, 2, 3
+ITERATIONS, WARMUP, REPEATS = 5, 2, 3
+#: caps (MiB) run besides DDP's default: 1 MiB, two between, and one cap that holds the whole model (a
+#: repeat of 4 workers runs about 9 minutes on the 2-core machine; every power of two doubled it)
+CAPS = {"vgg_mid": (1.0, 4.0, 16.0, 34.0), "transformer": (1.0, 4.0, 10.0, 20.0)}
 
 
 def _load_parts() -> dict:
@@ -68,7 +72,7 @@ def run_part(part: str) -> None:
         rate = runs[0]["hosts"]["rate"] if runs else (fixed[0] if fixed else "auto")
         print(f"{part}: repeat {len(runs) + 1}/{REPEATS} at rate {rate}", flush=True)
         t0 = time.monotonic()
-        v = run_ddp_validation(MODELS[model], workers=int(workers), rate=rate, batch=BATCH[model],
+        v = run_ddp_validation(MODELS[model], workers=int(workers), rate=rate, batch=BATCH[model], caps=CAPS[model],
                                network="netns", iterations=ITERATIONS, warmup=WARMUP,
                                say=lambda s: print(f"  {s}", flush=True))
         runs.append(ddp_report(v))
