@@ -32,6 +32,14 @@ def test_fit_ring_recovers_alpha_and_beta(workers, alpha, beta):
     assert net.alpha == pytest.approx(alpha, rel=1e-3, abs=1e-9) and net.beta == pytest.approx(beta, rel=1e-3)
 
 
+def test_fit_ring_ignores_the_scatter_of_small_sizes():
+    # a 200 Mbit/s link timed as in a real run: milliseconds of scatter below 256 KiB must not tilt beta
+    sizes = [4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 35226768]
+    secs = [0.0022, 0.0035, 0.0014, 0.0095, 0.043, 0.1789, 0.7133, 1.4914]
+    net = fit_ring(sizes, secs, 2)
+    assert net.beta == pytest.approx(23.6e6, rel=0.02) and 0 <= net.alpha < 2e-3
+
+
 def test_fit_ring_refuses_times_that_do_not_grow():
     from dlsched.errors import DlschedError
     with pytest.raises(DlschedError, match="do not grow"):

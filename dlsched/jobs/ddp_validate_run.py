@@ -64,11 +64,18 @@ def pick_ddp_rate(compute: float, model_bytes: float, workers: int) -> str:
     return f"{max(100, int(round(mbit / 100.0)) * 100)}mbit"
 
 
+#: timed all-reduces of at least this many bytes give the bandwidth; those below 256 KiB the latency
+BANDWIDTH_BYTES, LATENCY_BYTES = 2**20, 2**18
+
+
 def fit_ring(sizes: Sequence[int], secs: Sequence[float], workers: int) -> Network:
     """α and β of the ring all-reduce ``2(P−1)·α + 2(P−1)/P · n/β`` through timed all-reduces.
 
-    A least-squares line ``time = a + n·b`` weighted by ``1/time`` (each size's relative error counts alike,
-    so the small sizes fix ``a`` and the large ones ``b``), then ``α = a / 2(P−1)``, ``β = 2(P−1) / (P·b)``.
+    The bandwidth is the slope of a least-squares line ``time = a + n·b`` through the sizes of at least
+    1 MiB (all of them when fewer than two are that large): small all-reduces are all latency, and their
+    scatter of a millisecond or so would tilt the slope. The latency ``a`` is the median of the small
+    sizes' times less their bytes' share ``n·b`` (the line's intercept when none is small). Then
+    ``α = a / 2(P−1)``, ``β = 2(P−1) / (P·b)``.
 
     Raises
     ------
@@ -76,11 +83,16 @@ def fit_ring(sizes: Sequence[int], secs: Sequence[float], workers: int) -> Netwo
         The times do not grow with the size.
     """
     n, t = np.asarray(sizes, dtype=float), np.asarray(secs, dtype=float)
-    w = 1.0 / np.maximum(t, 1e-9)
-    b, a = np.polyfit(n, t, 1, w=w)
+    big = n >= BANDWIDTH_BYTES
+    if big.sum() < 2:
+        big = np.ones_like(n, dtype=bool)
+    b, a = np.polyfit(n[big], t[big], 1)
     if not b > 0:
         raise DlschedError("the timed all-reduces do not grow with their size, so they give no bandwidth; "
                            "the link is too fast or too noisy to measure")
+    small = n < LATENCY_BYTES
+    if small.any():
+        a = float(np.median(t[small] - n[small] * b))
     steps = 2 * (workers - 1)
     return Network(alpha=max(float(a), 0.0) / steps, beta=steps / (workers * float(b)), workers=workers)
 
