@@ -18,6 +18,8 @@ Examples
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 from pathlib import Path
 from typing import Callable
 
@@ -29,6 +31,7 @@ from dlsched.atomic import check_writable
 from dlsched.errors import DlschedError
 from dlsched.formats.chrome_trace import write_chrome_trace
 from dlsched.formats.validate_plot import write_validate_plot
+from dlsched.jobs.ddp_validate_run import DDPValidation, run_ddp_validation
 from dlsched.jobs.validate_run import ORDERS, Validation, run_validation
 from dlsched.machine import cpu_model, load_average
 
@@ -38,7 +41,7 @@ class Workload:
     """MODEL (a PyTorch factory ``path/file.py:fn``), forward only or training, and samples per worker and step."""
 
     model: str
-    mode: str = "inference"
+    mode: str | None = None  # None: the scheme's own (ps: inference, ddp: training)
     batch: int = 8
 
 
@@ -62,6 +65,10 @@ class Schedule:
     iterations: int = 20
     warmup: int = 3
     seed: int = 0
+    #: ``ps``: the parameter-server cluster per order; ``ddp``: torch's DDP per bucket cap (``caps``, MiB;
+    #: ``None``: 1 MiB up to the whole model), DDP's default always among them
+    dp: str = "ps"
+    caps: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -100,10 +107,12 @@ def validate(workload: Workload, cluster: Cluster = Cluster(), schedule: Schedul
         model that is not a PyTorch factory, a failed measurement or rank, or
         a file that cannot be written.
     """
+    if schedule.dp == "ddp":
+        return validate_ddp(workload, cluster, schedule, outputs, max_work, say)
     check_writable(Path(outputs.trace_out) / "validate.trace.json" if outputs.trace_out else None)
     check_writable(outputs.plot)  # before any process starts, not after the run
     v = run_validation(workload.model, workers=cluster.workers, servers=cluster.servers, rate=cluster.rate,
-                       mode=workload.mode, orders=schedule.orders, iterations=schedule.iterations,
+                       mode=workload.mode or "inference", orders=schedule.orders, iterations=schedule.iterations,
                        warmup=schedule.warmup, batch=workload.batch, threads=cluster.threads, network=cluster.network,
                        seed=schedule.seed, max_work=max_work, say=say)
     sharing = outputs.sharing or DEFAULT_SHARING
@@ -183,6 +192,82 @@ def report(v: Validation, sharing: str) -> dict:
             "replay_fit": {**fig12, "excluded": total - len(pts)},
             "replay_points": [{"efficiency": e, "normalised_time": t, "order": n} for e, t, n in pts],
             "cpu": cpu_model(), "load_1min": load_average(), "wall_s": v.wall_s}
+
+
+def validate_ddp(workload: Workload, cluster: Cluster, schedule: Schedule, outputs: Outputs,
+                 max_work: int | None, say: Callable[[str], None]) -> dict:
+    """``validate --dp ddp``: torch's DDP at each bucket cap, measured against predicted (DESIGN §4.8).
+
+    Raises
+    ------
+    DlschedError
+        Settings of the parameter-server cluster (``--mode inference``,
+        ``--servers``, ``--trace-out``, ``--plot``, ``--sharing``), or those
+        :func:`~dlsched.jobs.ddp_validate_run.run_ddp_validation` refuses.
+    """
+    asked = [flag for flag, on in (("--mode inference", workload.mode == "inference"),
+                                   ("--servers", cluster.servers != 1), ("--trace-out", outputs.trace_out),
+                                   ("--plot", outputs.plot), ("--sharing", outputs.sharing)) if on]
+    if asked:
+        raise DlschedError(f"{', '.join(asked)} belong to the parameter-server cluster; --dp ddp trains with "
+                           "torch's DistributedDataParallel over all-reduce and takes none of them")
+    v = run_ddp_validation(workload.model, workers=cluster.workers, rate=cluster.rate, caps=schedule.caps,
+                           batch=workload.batch, threads=cluster.threads, network=cluster.network,
+                           iterations=schedule.iterations, warmup=schedule.warmup, max_work=max_work, say=say)
+    return ddp_report(v)
+
+
+#: ``validate --dp ddp``'s targets: predicted mean step within 10% of measured at every cap; the recommended
+#: cap's measured step within 3% of the best cap's
+DDP_STEP_TARGET, DDP_PICK_TARGET = 0.10, 0.03
+
+
+def ddp_report(v: DDPValidation) -> dict:
+    """Per cap: DDP's buckets, the measured mean, median and p95 step, the predicted step and its error, E;
+    the recommended cap (:func:`dlsched.planning.ddp_plan.plan_ddp` on the in-job measurements) against the
+    best measured one."""
+    caps = []
+    for r in v.rows:
+        caps.append({"bucket_cap_mb": r.cap_mb, "label": "default" if r.cap_mb is None else f"{r.cap_mb:g}",
+                     "buckets": r.buckets, "measured_mean": r.measured_mean, "measured_median": r.measured_median,
+                     "measured_p95": r.measured_p95, "predicted": r.predicted, "error": r.error,
+                     "within_target": abs(r.error) <= DDP_STEP_TARGET, "predicted_efficiency": r.figures["E"],
+                     "exposed_comm_s": r.figures["exposed_comm_s"]})
+    best = min(caps, key=lambda c: c["measured_mean"])
+    pick = next(c for c in caps if c["bucket_cap_mb"] == v.plan.recommended.bucket_cap_mb)
+    loss = pick["measured_mean"] / best["measured_mean"] - 1
+    n = v.network
+    return {"dp": "ddp", "model": v.model, "mode": "training", "workers": v.workers, "batch": v.batch,
+            "threads": v.threads, "hosts": v.hosts,
+            "network": {"algorithm": n.algorithm, "alpha_s": n.alpha, "beta_bytes_per_s": n.beta,
+                        "timed_allreduce": v.allreduce},
+            "compute_s": v.compute_s, "optimizer_s": v.optimizer_s, "profile_scale": v.profile_scale,
+            "iterations": v.iterations, "caps": caps, "step_target": DDP_STEP_TARGET,
+            "all_within_target": all(c["within_target"] for c in caps),
+            "recommended": {"label": pick["label"], "bound": v.plan.bound, "ddp_kwargs": v.plan.ddp_kwargs,
+                            "measured_loss_vs_best": loss, "best_measured": best["label"],
+                            "within_target": loss <= DDP_PICK_TARGET, "target": DDP_PICK_TARGET},
+            "ordered": _ordered_report(v), "cpu": cpu_model(), "load_1min": load_average(), "wall_s": v.wall_s}
+
+
+#: the ordered all-reduce's target: its predicted gain over stock DDP within ±0.05 of the measured one
+ORDERED_GAIN_TARGET = 0.05
+
+
+def _ordered_report(v: DDPValidation) -> dict | None:
+    """Stock DDP at the recommended cap against the ordered all-reduce: predicted and measured gain."""
+    if v.ordered is None:
+        return None
+    o, plan = v.ordered, v.plan
+    ddp, ordered = float(np.mean(o.periods["ddp"])), float(np.mean(o.periods["ordered"]))
+    gain = ddp / ordered
+    return {"bucket_cap_mb": plan.recommended.bucket_cap_mb, "piece_bytes": plan.best_ordered.piece_bytes,
+            "pieces": len(plan.best_ordered.schedule.pieces), "block": o.block, "blocks": len(o.periods["ddp"]),
+            "measured_ddp": ddp, "measured_ordered": ordered, "predicted_ddp": plan.recommended.step.step_s,
+            "predicted_ordered": plan.best_ordered.step.step_s, "measured_gain": gain,
+            "predicted_gain": plan.ordered_gain, "gain_error": plan.ordered_gain - gain,
+            "within_target": abs(plan.ordered_gain - gain) <= ORDERED_GAIN_TARGET, "target": ORDERED_GAIN_TARGET,
+            "S": plan.recommended.step.speedup_bound, "max_param_diff": o.max_param_diff}
 
 
 def _fig12_points(v: Validation, sharing: str) -> list[tuple[float, float, str]]:

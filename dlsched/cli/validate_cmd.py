@@ -15,9 +15,32 @@ def _names(text: str) -> tuple[str, ...]:
     return tuple(o.strip() for o in text.split(",") if o.strip())
 
 
+def _caps(text: str | None) -> tuple[float, ...] | None:
+    """``1,5,25`` → ``(1.0, 5.0, 25.0)``: the comma-separated --caps in MiB."""
+    if text is None:
+        return None
+    try:
+        return tuple(float(c) for c in _names(text))
+    except ValueError:
+        raise click.BadParameter(f"takes bucket caps in MiB separated by commas, got {text!r}",
+                                 param_hint="--caps") from None
+
+
+def _workload(model, mode, batch):
+    """--mode left at its default is unset: the parameter-server cluster infers, DDP trains."""
+    from click.core import ParameterSource
+    ctx = click.get_current_context(silent=True)
+    explicit = ctx is None or ctx.get_parameter_source("mode") is not ParameterSource.DEFAULT
+    return answer.Workload(model, mode if explicit else None, batch)
+
+
 @click.command()
 @click.argument("model")
-@click.option("--mode", type=click.Choice(["inference", "training"]), default="inference", show_default=True)
+@click.option("--dp", type=click.Choice(["ps", "ddp"]), default="ps", show_default=True,
+              help="ps: a parameter-server cluster per transfer order; ddp: torch's DistributedDataParallel per "
+                   "bucket cap (training).")
+@click.option("--mode", type=click.Choice(["inference", "training"]), default="inference", show_default=True,
+              help="With --dp ps; --dp ddp trains.")
 @click.option("--batch", type=POSITIVE_INT, default=8, show_default=True, help="Samples per worker and iteration.")
 @click.option("--workers", type=POSITIVE_INT, default=2, show_default=True)
 @click.option("--servers", type=POSITIVE_INT, default=1, show_default=True)
@@ -35,6 +58,9 @@ def _names(text: str) -> tuple[str, ...]:
               help="auto: network namespaces with a tc-shaped link as root, else localhost (unshaped).")
 @click.option("--sharing", type=click.Choice(["serial", "fair"]), default=None,
               help="Link model of the tables [default: the simulator's]; every model is compared below them.")
+@click.option("--caps", default=None,
+              help="With --dp ddp: bucket_cap_mb values to run, in MiB, comma-separated [default: 1, 2, 4, ... MiB "
+                   "up to the whole model]; DDP's default is always run too.")
 @click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--trace-out", type=click.Path(file_okay=False), default=None,
               help="Folder for each order's measured Chrome trace (ORDER.trace.json; dlsched bounds --trace).")
@@ -42,10 +68,10 @@ def _names(text: str) -> tuple[str, ...]:
               help="PNG of predicted against measured, with the replayed-order fit (TicTac Fig. 12a).")
 @max_work_option(limits.CLUSTER, limits.RANKS)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
-@gather("workload", answer.Workload, ("model", "mode", "batch"))
+@gather("workload", _workload, ("model", "mode", "batch"))
 @gather("cluster", answer.Cluster, ("workers", "servers", "rate", "network", "threads"))
-@gather("schedule", lambda orders, **run: answer.Schedule(_names(orders), **run),
-        ("orders", "iterations", "warmup", "seed"))
+@gather("schedule", lambda orders, caps, **run: answer.Schedule(_names(orders), caps=_caps(caps), **run),
+        ("orders", "iterations", "warmup", "seed", "dp", "caps"))
 @gather("outputs", answer.Outputs, ("sharing", "trace_out", "plot"))
 def validate(workload, cluster, schedule, outputs, max_work, as_json):
     """Run MODEL on a real parameter-server cluster under each order and compare with the simulator (DESIGN §4.7).
@@ -58,6 +84,10 @@ def validate(workload, cluster, schedule, outputs, max_work, as_json):
     throughput over random (with 95% bootstrap intervals, and a verdict line:
     the predicted ratio within, outside or undecided against ±0.05 of the
     measured one), straggler share and the efficiency E.
+
+    With --dp ddp it trains MODEL with torch's DistributedDataParallel at each
+    bucket cap, interleaved one step each, and prints per cap the measured and
+    predicted step time (DESIGN §4.8), and plan-ddp's pick against the best cap.
     """
     say = (lambda line: err_console.print(f"[dim]validate:[/] {line}")) if not as_json else (lambda line: None)
     out = answer.validate(workload, cluster, schedule, outputs, max_work=max_work, say=say)

@@ -28,8 +28,45 @@ def _verdict_line(name: str, r: dict, level: float, target: float) -> str:
             f"{_num(hi, '{:+.2f}')}): {verdict[r['ratio_verdict']]}")
 
 
+def render_ddp(out: dict) -> None:
+    """Print ``validate --dp ddp``'s figures: one row per bucket cap, then plan-ddp's pick against the best."""
+    n = out["network"]
+    console.print(key_value_table(
+        f"{out['model']} (training, DDP): {out['workers']} workers, batch {out['batch']}",
+        [("hosts", out["hosts"]["note"]), ("CPU", out["cpu"]),
+         ("compute per step", f"{fmt_seconds(out['compute_s'])} (the profile's x{out['profile_scale']:.3f}), "
+                              f"optimizer {fmt_seconds(out['optimizer_s'])}"),
+         ("all-reduce (ring, timed)", f"alpha {fmt_seconds(n['alpha_s'])}, beta "
+                                      f"{n['beta_bytes_per_s'] * 8 / 1e6:.0f} Mbit/s")]))
+    rows = [(c["label"], str(c["buckets"]), fmt_seconds(c["measured_mean"]), fmt_seconds(c["predicted"]),
+             _pct(c["error"]), "yes" if c["within_target"] else "NO", _num(c["predicted_efficiency"]))
+            for c in out["caps"]]
+    console.print(column_table(f"step time per bucket_cap_mb, mean of {out['iterations']} measured steps",
+                               ("cap (MiB)", "buckets", "measured", "predicted", "error",
+                                f"within ±{out['step_target'] * 100:g}%", "E"), rows))
+    rec = out["recommended"]
+    console.print(f"plan-ddp recommends bucket_cap_mb={rec['label']} ({rec['bound']}); measured "
+                  f"{_pct(rec['measured_loss_vs_best'])} against the best cap, {rec['best_measured']}: "
+                  + ("within" if rec["within_target"] else "outside") + f" the {rec['target'] * 100:g}% target")
+    o = out.get("ordered")
+    if o:
+        console.print(column_table(
+            f"stock DDP (bucket_cap_mb={o['bucket_cap_mb']}) against the ordered all-reduce ({o['pieces']} pieces), "
+            f"{o['blocks']} blocks of {o['block']} steps each",
+            ("", "measured", "predicted"),
+            [("DDP step", fmt_seconds(o["measured_ddp"]), fmt_seconds(o["predicted_ddp"])),
+             ("ordered step", fmt_seconds(o["measured_ordered"]), fmt_seconds(o["predicted_ordered"])),
+             ("gain", f"{o['measured_gain']:.3f}x", f"{o['predicted_gain']:.3f}x")], left=("",)))
+        console.print(f"ordered all-reduce: gain error {o['gain_error']:+.3f}, "
+                      + ("within" if o["within_target"] else "outside") + f" the ±{o['target']:g} target; "
+                      f"parameters equal DDP's to {o['max_param_diff']:.1e}")
+
+
 def render(out: dict) -> None:
     """Print :func:`dlsched.answers.validate.validate`'s figures."""
+    if out.get("dp") == "ddp":
+        render_ddp(out)
+        return
     o = out["oracle"]
     console.print(key_value_table(
         f"{out['model']} ({out['mode']}): {out['workers']} workers, {out['servers']} server(s), batch {out['batch']}",

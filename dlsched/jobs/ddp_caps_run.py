@@ -1,0 +1,174 @@
+"""Torch's own ``DistributedDataParallel`` at a sweep of bucket caps, interleaved in one job (DESIGN §4.8).
+
+``dlsched validate MODEL --dp ddp``'s real run. Every rank builds the model
+once and wraps one deep copy of it per cap in ``DistributedDataParallel(copy,
+bucket_cap_mb=cap, gradient_as_bucket_view=True)``, so each cap keeps its own
+buckets (DDP fixes them when it rebuilds after its first iteration). A round
+runs one training step of every cap, in an order rotated each round so that no
+cap always follows the same one, plus one unscored *calibration* step: the
+same forward and backward of the wrapped module itself (DDP's hooks idle, no
+all-reduce) and the optimizer, which gives the compute the cluster's ranks really spend beside
+each other. Every step starts after a barrier, so the ranks start together,
+and the cluster's step time is the slowest rank's. The warm-up rounds (DDP's
+first iteration, with its one whole-model bucket, among them) are dropped.
+
+Before the rounds every rank times gloo's all-reduce of a range of sizes on
+the same hosts (the median of a few calls each): the collective's cost line,
+``time = a + bytes · b``, which the prediction turns into the ring's α and β.
+
+The ranks are started by :func:`dlsched.runtime.launcher.launch_ranks`, on the
+hosts of :mod:`dlsched.runtime.hosts` (network namespaces with a shaped link
+as root, localhost otherwise).
+"""
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from dlsched.errors import DlschedError
+from dlsched.runtime import launcher
+from dlsched.runtime.ps_failures import seconds, transfer_failure
+
+#: the module every rank runs (``python -m ENTRY``)
+ENTRY = "dlsched.jobs.ddp_caps_run"
+#: the unscored slot of each round: forward and backward of the wrapped module (no all-reduce), then the optimizer
+CALIBRATION = "calibration"
+#: calls per size when timing the all-reduce
+ALLREDUCE_CALLS = 5
+
+
+class DDPJobFailed(DlschedError):
+    """A rank of the DDP sweep failed (a dead or stalled peer, a failed collective)."""
+
+
+@dataclass
+class DDPCapsRun:
+    """What the job measured, per slot (a cap's ``bucket_cap_mb`` as text, or :data:`CALIBRATION`).
+
+    ``steps[slot]`` is a ``(rounds, ranks, 4)`` array of seconds: forward + backward
+    (DDP's all-reduces inside), optimizer, whole step, forward. ``allreduce`` maps bytes to
+    the median seconds of one all-reduce, per rank (``(sizes, ranks)``).
+    """
+
+    caps: list[float]
+    steps: dict
+    allreduce_bytes: list[int]
+    allreduce_s: np.ndarray
+    workers: int
+
+    def step_times(self, slot: str) -> np.ndarray:
+        """The cluster's step time per measured round: the slowest rank's."""
+        return self.steps[slot][:, :, 2].max(axis=1)
+
+
+def slot_name(cap: float | None) -> str:
+    """A cap's slot: its ``bucket_cap_mb``, or ``default`` for DDP's own (25 MiB, the first bucket 1 MiB)."""
+    return "default" if cap is None else f"{cap:g}"
+
+
+def rotation(slots: list[str], round_: int) -> list[str]:
+    """The slots in round ``round_``'s order: the list rotated by the round, so every slot leads in turn.
+
+    >>> rotation(["a", "b", "c"], 4)
+    ['b', 'c', 'a']
+    """
+    k = round_ % len(slots)
+    return slots[k:] + slots[:k]
+
+
+def _timed_allreduce(dist, torch, nbytes: int) -> float:
+    t = torch.zeros(max(1, nbytes // 4))
+    runs = []
+    for _ in range(ALLREDUCE_CALLS):
+        dist.barrier()
+        t0 = time.perf_counter()
+        dist.all_reduce(t)
+        runs.append(time.perf_counter() - t0)
+    return float(np.median(runs))
+
+
+def run_rank(config: dict, rank: int, init_method: str) -> dict:
+    """One rank of the sweep (the launcher's ``run_rank``): its step records and all-reduce timings."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from dlsched.factory import call_factory, training_loss
+    torch.set_num_threads(config["threads"])
+    world, timeout = config["workers"], config["timeout"]
+    try:
+        dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world,
+                                timeout=seconds(timeout))
+    except Exception as e:
+        raise transfer_failure(f"rank {rank}: could not join the DDP job at {init_method} within {timeout:g} s",
+                               e) from None
+    module, inputs, _ = call_factory(config["model"], batch=config["batch"])
+    module.train()
+    replicas, opts = {}, {}
+    try:
+        for cap in config["caps"]:
+            replica = DDP(copy.deepcopy(module), bucket_cap_mb=cap, gradient_as_bucket_view=True)
+            replicas[slot_name(cap)] = replica
+            opts[slot_name(cap)] = torch.optim.SGD(replica.parameters(), lr=1e-3)
+        sizes = config["allreduce_bytes"]
+        allreduce = [_timed_allreduce(dist, torch, n) for n in sizes]
+        slots = [*replicas, CALIBRATION]
+        first = next(iter(replicas))
+        records = {s: [] for s in slots}
+        for r in range(config["warmup"] + config["iterations"]):
+            for slot in rotation(slots, r):
+                ddp, opt = (replicas[first], opts[first]) if slot == CALIBRATION else (replicas[slot], opts[slot])
+                dist.barrier()
+                t0 = time.perf_counter()
+                # calibration: the wrapped module itself, so DDP's hooks stay idle (under no_sync, torch 2.13's
+                # DDP on gloo still spent a whole-model all-reduce's time in backward)
+                loss = training_loss((ddp.module if slot == CALIBRATION else ddp)(*inputs))
+                tf = time.perf_counter()
+                loss.backward()  # in a DDP step its all-reduces run inside, overlapping the rest of backward
+                t1 = time.perf_counter()
+                opt.step()
+                opt.zero_grad(set_to_none=False)
+                t2 = time.perf_counter()
+                if r >= config["warmup"]:
+                    records[slot].append((t1 - t0, t2 - t1, t2 - t0, tf - t0))
+        dist.barrier()
+    except DlschedError:
+        raise
+    except Exception as e:
+        raise transfer_failure(f"rank {rank}: DDP's collective failed", e) from None
+    return {"rank": rank, "records": records, "allreduce": allreduce}
+
+
+def run_caps(model: str, caps: list[float], *, workers: int, batch: int, threads: int, iterations: int,
+             warmup: int, allreduce_bytes: list[int], timeout: float, hosts=None) -> DDPCapsRun:
+    """Run the sweep on ``hosts`` (:class:`dlsched.runtime.hosts.Hosts`; ``None``: localhost) and gather it.
+
+    Raises
+    ------
+    DDPJobFailed
+        A rank failed: its message quotes the rank's own error line.
+    """
+    config = {"model": model, "caps": list(caps), "workers": workers, "batch": batch, "threads": threads,
+              "iterations": iterations, "warmup": warmup, "allreduce_bytes": list(allreduce_bytes),
+              "timeout": timeout}
+    kw = {}
+    if hosts is not None and hosts.cluster is not None:
+        kw = {"prefixes": hosts.prefixes(), "env": hosts.envs(), "init_method": hosts.init_method()}
+    job = launcher.launch_ranks(ENTRY, config, workers, job_timeout=timeout, grace=min(timeout, 30.0),
+                                prefix="dlsched-ddp-", kind="DDP", failed=DDPJobFailed, **kw)
+    results = sorted(job.results, key=lambda r: r["rank"])
+    steps = {s: np.array([[res["records"][s][i] for res in results]
+                          for i in range(iterations)], dtype=float) for s in results[0]["records"]}
+    return DDPCapsRun(list(caps), steps, list(allreduce_bytes),
+                      np.array([res["allreduce"] for res in results], dtype=float).T, workers)
+
+
+def main(argv=None) -> None:
+    launcher.rank_main(argv, "one rank of dlsched's DDP bucket-cap sweep", run_rank)
+
+
+if __name__ == "__main__":
+    main()
