@@ -30,7 +30,7 @@ import numpy as np
 
 from dlsched.errors import DlschedError
 from dlsched.runtime import launcher
-from dlsched.runtime.ps_failures import seconds, transfer_failure
+from dlsched.runtime.ps_failures import transfer_failure
 
 #: the module every rank runs (``python -m ENTRY``)
 ENTRY = "dlsched.jobs.ddp_caps_run"
@@ -90,23 +90,36 @@ def _timed_allreduce(dist, torch, nbytes: int) -> float:
     return float(np.median(runs))
 
 
+def join_with_model(config: dict):
+    """Join the job as a torchrun rank would (the launcher sets torchrun's variables; bounded by the config's
+    ``timeout``), with the config's intra-op threads, and build its model in training mode: ``(module, inputs)``.
+
+    Raises
+    ------
+    TorchrunError
+        The rendezvous failed or timed out.
+    ImportFailure
+        The model's factory cannot be loaded or called.
+    """
+    import torch
+
+    from dlsched.factory import call_factory
+    from dlsched.runtime.torchrun import join
+    torch.set_num_threads(config["threads"])
+    join(config["timeout"])
+    module, inputs, _ = call_factory(config["model"], batch=config["batch"])
+    module.train()
+    return module, inputs
+
+
 def run_rank(config: dict, rank: int, init_method: str) -> dict:
     """One rank of the sweep (the launcher's ``run_rank``): its step records and all-reduce timings."""
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from dlsched.factory import call_factory, training_loss
-    torch.set_num_threads(config["threads"])
-    world, timeout = config["workers"], config["timeout"]
-    try:
-        dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world,
-                                timeout=seconds(timeout))
-    except Exception as e:
-        raise transfer_failure(f"rank {rank}: could not join the DDP job at {init_method} within {timeout:g} s",
-                               e) from None
-    module, inputs, _ = call_factory(config["model"], batch=config["batch"])
-    module.train()
+    from dlsched.factory import training_loss
+    module, inputs = join_with_model(config)
     replicas, opts = {}, {}
     try:
         for cap in config["caps"]:

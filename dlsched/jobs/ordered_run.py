@@ -25,7 +25,9 @@ import numpy as np
 
 from dlsched.errors import DlschedError
 from dlsched.runtime import launcher
-from dlsched.runtime.ps_failures import seconds, transfer_failure
+from dlsched.runtime.ps_failures import transfer_failure
+
+from .ddp_caps_run import join_with_model
 
 #: the module every rank runs (``python -m ENTRY``)
 ENTRY = "dlsched.jobs.ordered_run"
@@ -52,19 +54,10 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from dlsched.factory import call_factory, training_loss
+    from dlsched.factory import training_loss
     from dlsched.hooks.ordered_allreduce import OrderedAllreduce
-    torch.set_num_threads(config["threads"])
-    world, timeout = config["workers"], config["timeout"]
-    try:
-        dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world,
-                                timeout=seconds(timeout))
-    except Exception as e:
-        raise transfer_failure(f"rank {rank}: could not join the job at {init_method} within {timeout:g} s",
-                               e) from None
-    module, inputs, _ = call_factory(config["model"], batch=config["batch"])
-    module.train()
-    lr = 1e-3
+    module, inputs = join_with_model(config)
+    timeout, lr = config["timeout"], 1e-3
     ddp = DDP(copy.deepcopy(module), bucket_cap_mb=config["bucket_cap_mb"], gradient_as_bucket_view=True)
     opt = torch.optim.SGD(ddp.parameters(), lr=lr)
     plain = copy.deepcopy(module)
