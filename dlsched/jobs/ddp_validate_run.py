@@ -35,6 +35,7 @@ import numpy as np
 
 from dlsched import limits
 from dlsched.analyses.ddp_step import HostCosts, Network
+from dlsched.analyses.validate import relative_error
 from dlsched.errors import DlschedError
 from dlsched.importers.loader import detect_format, load_model
 from dlsched.planning.ddp_plan import DDPPlan, default_caps, plan_ddp
@@ -120,7 +121,7 @@ class CapRow:
 
     @property
     def error(self) -> float:
-        return (self.predicted - self.measured_mean) / self.measured_mean
+        return relative_error(self.predicted, self.measured_mean)
 
 
 @dataclass
