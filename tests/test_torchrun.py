@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -272,7 +273,10 @@ def test_killing_one_machine_ends_the_other_with_the_hooks_error(script, dead, t
     cluster, procs, logs = _two_machines(tmp_path, ["--iterations", "100000", "--timeout", str(TIMEOUT)], script)
     try:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not all("joining" in log.read_text(errors="replace") for log in logs):
+        # the ordered all-reduce makes its own group after joining: killed before that, the survivor fails making
+        # it (exit 2 too, a different message); wait until both train
+        ready = "training" if script == "ordered_train" else "joining"
+        while time.monotonic() < deadline and not all(ready in log.read_text(errors="replace") for log in logs):
             assert all(p.poll() is None for p in procs), [log.read_text(errors="replace")[-2000:] for log in logs]
             time.sleep(0.2)
         time.sleep(3)  # joined and training
@@ -289,6 +293,8 @@ def test_killing_one_machine_ends_the_other_with_the_hooks_error(script, dead, t
     assert codes == [1], text[-3000:]  # torchrun's own code for a failed worker
     err = [ln for ln in text.splitlines() if ln.startswith("dlsched: error: ")]
     assert err and ("a peer process probably died" in err[0] or "timed out" in err[0]), text[-3000:]
-    assert "exitcode  : 2" in text, text[-3000:]
+    # the worker's exit 2 as torchrun reports it: its summary, or (when the dead machine hosted the rendezvous
+    # store, and the agent fails shutting the rendezvous down before the summary) its "failed (exitcode: 2)" line
+    assert re.search(r"exitcode\s*:\s*2\b", text), text[-3000:]
     assert took < 2 * TIMEOUT + 30
     (tmp_path.parent / f"kill-test-{script}-survivor-{dead}.log").write_text(f"ended {took:.1f} s after the kill\n{text}")

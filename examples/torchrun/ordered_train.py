@@ -34,6 +34,7 @@ with exit_on_error():                                    # dlsched: one error li
     model = toy_model()[0]
     pieces = read_order_file(a.order).pieces if a.order else pieces_per_parameter(model)       # dlsched
     oar = OrderedAllreduce(model, pieces, lambda ps: torch.optim.SGD(ps, lr=a.lr), timeout=a.timeout)  # dlsched
+    print(f"rank {env.rank}: training", file=sys.stderr, flush=True)
     for step in range(a.iterations):
         x, y = shard(step, env.rank, env.world_size, a.batch)
         torch.nn.functional.mse_loss(model(x), y).backward()  # the hook all-reduces and updates
