@@ -167,9 +167,7 @@ def run_caps(model: str, caps: list[float], *, workers: int, batch: int, threads
     config = {"model": model, "caps": list(caps), "workers": workers, "batch": batch, "threads": threads,
               "iterations": iterations, "warmup": warmup, "allreduce_bytes": list(allreduce_bytes),
               "timeout": timeout}
-    kw = {}
-    if hosts is not None and hosts.cluster is not None:
-        kw = {"prefixes": hosts.prefixes(), "env": hosts.envs(), "init_method": hosts.init_method()}
+    kw = hosts.launch_args() if hosts is not None else {}
     job = launcher.launch_ranks(ENTRY, config, workers, job_timeout=timeout, grace=min(timeout, 30.0),
                                 prefix="dlsched-ddp-", kind="DDP", failed=DDPJobFailed, **kw)
     results = sorted(job.results, key=lambda r: r["rank"])

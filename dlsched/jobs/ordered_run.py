@@ -108,9 +108,7 @@ def run_ordered(model: str, *, workers: int, batch: int, threads: int, bucket_ca
     config = {"model": model, "workers": workers, "batch": batch, "threads": threads, "bucket_cap_mb": bucket_cap_mb,
               "pieces": [[list(s) for s in getattr(p, "slices", p)] for p in pieces], "rounds": rounds,
               "warmup": warmup, "block": block, "timeout": timeout}
-    kw = {}
-    if hosts is not None and hosts.cluster is not None:
-        kw = {"prefixes": hosts.prefixes(), "env": hosts.envs(), "init_method": hosts.init_method()}
+    kw = hosts.launch_args() if hosts is not None else {}
     job = launcher.launch_ranks(ENTRY, config, workers, job_timeout=timeout, grace=min(timeout, 30.0),
                                 prefix="dlsched-ordered-", kind="ordered all-reduce", failed=OrderedJobFailed, **kw)
     periods = {}

@@ -39,6 +39,13 @@ class Hosts:
             return None
         return f"tcp://{self.cluster.address(0)}:{random.randint(20000, 30000)}"
 
+    def launch_args(self) -> dict:
+        """What :func:`~dlsched.runtime.launcher.launch_ranks` takes to run the ranks on these hosts (none on
+        localhost, whose defaults are its own)."""
+        if not self.cluster:
+            return {}
+        return {"prefixes": self.prefixes(), "env": self.envs(), "init_method": self.init_method()}
+
     def close(self) -> None:
         if self.cluster:
             self.cluster.destroy()
