@@ -43,7 +43,8 @@ def _torchrun(*args: str) -> list[str]:
 
 def _env(ifname: str = "lo") -> dict:
     return dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-                OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME=ifname, PYTHONWARNINGS="ignore")
+                OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME=ifname, PYTHONWARNINGS="ignore",
+                PYTHONFAULTHANDLER="1")  # a hung run's SIGABRT prints every thread's stack (_finish)
 
 
 def _descendants(pid: int) -> list[int]:
@@ -81,14 +82,24 @@ def _start(cmd: list[str], log: Path, env: dict) -> subprocess.Popen:
                                 start_new_session=True)
 
 
-def _finish(procs: list[subprocess.Popen], limit: float) -> list[int]:
-    """Wait for every process at most ``limit`` seconds in all; kill every tree on the way out."""
+def _finish(procs: list[subprocess.Popen], limit: float, logs: list[Path] = ()) -> list[int]:
+    """Wait for every process at most ``limit`` seconds in all; kill every tree on the way out. A run still
+    going at the limit is failed with its ``logs``' tails, after SIGABRT made each of its Python processes print
+    where every thread was (faulthandler): a rare hang in CI is then diagnosable from the CI log alone."""
     deadline = time.monotonic() + limit
     try:
         for p in procs:
             p.wait(timeout=max(0.1, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
-        pytest.fail(f"torchrun still running after {limit:g} s")
+        for p in procs:
+            for pid in ([p.pid] + _descendants(p.pid)) if p.poll() is None else []:
+                try:
+                    os.kill(pid, signal.SIGABRT)
+                except ProcessLookupError:
+                    pass
+        time.sleep(3)
+        tails = "\n----\n".join(Path(log).read_text(errors="replace")[-6000:] for log in logs)
+        pytest.fail(f"torchrun still running after {limit:g} s; the stacks at that moment:\n{tails}")
     finally:
         for p in procs:
             _kill_tree(p)
@@ -125,7 +136,7 @@ def test_each_hook_under_torchrun_equals_the_reference(script, tmp_path):
                                                                    "gradient_as_bucket_view": True}}))
     proc = _start(_torchrun("--standalone", "--nproc-per-node", "2", str(EXAMPLES / f"{script}.py"),
                             "--out", str(out), *extra), tmp_path / "log", _env())
-    rc, = _finish([proc], 180)
+    rc, = _finish([proc], 180, [tmp_path / "log"])
     log = (tmp_path / "log").read_text(errors="replace")
     assert rc == 0, log[-3000:]
     if script == "ps_train":
@@ -251,7 +262,7 @@ def test_each_hook_on_two_machines_runs_to_completion(script, tmp_path):
     out = tmp_path / "params"
     cluster, procs, logs = _two_machines(tmp_path, ["--out", str(out)], script)
     try:
-        codes = _finish(procs, 240)
+        codes = _finish(procs, 240, logs)
     finally:
         cluster.destroy()
     text = [log.read_text(errors="replace") for log in logs]
@@ -283,7 +294,7 @@ def test_killing_one_machine_ends_the_other_with_the_hooks_error(script, dead, t
         assert all(p.poll() is None for p in procs), [log.read_text(errors="replace")[-2000:] for log in logs]
         _kill_tree(procs[dead])
         killed = time.monotonic()
-        codes = _finish([procs[1 - dead]], 2 * TIMEOUT + 30)
+        codes = _finish([procs[1 - dead]], 2 * TIMEOUT + 30, [logs[1 - dead]])
         took = time.monotonic() - killed
     finally:
         for p in procs:
