@@ -56,6 +56,7 @@ from dlsched.timeline import Timeline
 
 from .co_runner import cluster_load
 from .in_situ_oracle import ORACLE_RUNS, InSituOracle, in_situ_oracle
+from .interleave import balanced_rounds, slot_schedule
 
 #: Orders ``validate`` runs: the unordered baseline and the enforced ones.
 ORDERS = ("random", "topo", "tic", "tac")
@@ -138,7 +139,9 @@ def run_orders(model: str, graph, oracle: InSituOracle, hosts: Hosts, orders: Se
     one after another, the orders met a small VM in different moods: its
     speed drifted by 10% over minutes, which moved the measured throughput
     ratios by more than the ±0.05 they are checked to. Interleaved, a drift
-    hits every order alike.
+    hits every order alike. The slots' order changes from round to round
+    (:func:`~dlsched.jobs.interleave.balanced_rounds`), so that no slot always
+    follows the same one or always stands first.
 
     The two calibration slots are never scored: one unordered iteration, and
     one in TIC order. Their records set the oracle's compute
@@ -162,16 +165,17 @@ def run_orders(model: str, graph, oracle: InSituOracle, hosts: Hosts, orders: Se
     prios = {name: None if name == "random" else compute_order(graph, name, oracle.times) for name in orders}
     tic = prios.get("tic") or compute_order(graph, "tic", oracle.times)
     slots = [*CALIBRATION, *orders]
-    rotation = [None if p is None else sorted(p, key=lambda n, p=p: (p[n], n))
-                for p in (None, tic, *(prios[o] for o in orders))]
+    send = dict(zip(slots, [None if p is None else sorted(p, key=lambda n, p=p: (p[n], n))
+                            for p in (None, tic, *(prios[o] for o in orders))]))
+    cycle = slot_schedule(slots, len(balanced_rounds(len(slots))))  # one whole design; the job repeats it
     guess = 1.5 * (oracle.compute + oracle.transfer_bytes * workers / oracle.link["bandwidth"])
-    run = _job(model, graph, hosts, rotation, guess, workers=workers, servers=servers, mode=mode, batch=batch,
-               iterations=len(slots) * (warmup + iterations), threads=threads, seed=seed)
+    run = _job(model, graph, hosts, [send[s] for s in cycle], guess, workers=workers, servers=servers, mode=mode,
+               batch=batch, iterations=len(slots) * (warmup + iterations), threads=threads, seed=seed)
     kept = set(run.timeline.iterations[len(slots) * warmup:])
 
     def slot(name: str) -> Timeline:
         return Timeline([r for r in run.timeline.records
-                         if r.iteration in kept and slots[r.iteration % len(slots)] == name])
+                         if r.iteration in kept and cycle[r.iteration % len(cycle)] == name])
 
     oracle.calibrate(*(list(slot(name).by_iteration().values()) for name in CALIBRATION))
     spans = {m["iteration"]: m for m in measured_iterations(run.timeline)}  # each from the previous slot's end
@@ -282,8 +286,9 @@ def run_validation(model: str, *, workers: int = 2, servers: int = 1, rate: str 
         say("profiling compute beside the other workers")
         with cluster_load(model, mode, batch, threads, workers):
             oracle = in_situ_oracle(model, graph, link, threads, runs=ORACLE_RUNS)
-        say(f"running the orders interleaved, one iteration each in turn after two unscored calibration "
-            f"iterations: {warmup} + {iterations} rounds of {len(orders) + len(CALIBRATION)}")
+        say(f"running the orders interleaved, one iteration each in turn with two unscored calibration "
+            f"iterations, their order balanced across rounds: {warmup} + {iterations} rounds of "
+            f"{len(orders) + len(CALIBRATION)}")
         runs = run_orders(model, graph, oracle, hosts, orders, workers=workers, servers=servers, mode=mode,
                           batch=batch, iterations=iterations, warmup=warmup, threads=threads, sharings=sharings,
                           seed=seed)
