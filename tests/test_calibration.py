@@ -70,3 +70,28 @@ def test_split_cuts_busy_time_in_two(start, cs, length, arrivals, stalls, sends)
     assert beside + quiet == pytest.approx(busy, abs=1e-9)
     if not sends and max(arrivals) <= cs:  # every parameter in before compute starts: nothing beside
         assert beside == pytest.approx(0.0, abs=1e-9)
+
+
+def _overlapped(q: float, a: float, f: float, g: float) -> tuple[float, float]:
+    """Backward (``q`` alone) and an all-reduce (``a`` alone) started together, each slowed by the other while
+    both run: when each ends."""
+    if q * f <= a * g:  # backward ends first
+        t = q * f
+        return t, t + a - t / g
+    e = a * g
+    return e + q - e / f, e
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(0.05, 5.0), st.floats(0.05, 5.0), st.floats(1.0, 4.0), st.floats(1.0, 4.0))
+def test_fit_contention_recovers_both_slowdowns(q, a, f, g):
+    from dlsched.analyses.calibration import fit_contention
+    t, e = _overlapped(q, a, f, g)
+    got_f, got_g = fit_contention([q], [t], [e], a)
+    assert (got_f, got_g) == pytest.approx((f, g), rel=1e-6)
+
+
+def test_fit_contention_without_records_or_contention_is_one():
+    from dlsched.analyses.calibration import fit_contention
+    assert fit_contention([], [], [], 1.0) == (1.0, 1.0)
+    assert fit_contention([1.0, 1.0], [0.9, 1.0], [1.5, 1.4], 1.5) == (1.0, 1.0)

@@ -50,6 +50,25 @@ def test_stock_step_by_hand():
     assert copied.step_s == pytest.approx(4 + 1 + 1 + 1 + 2) and copied.compute_s == 8
 
 
+def test_contention_by_hand():
+    """Compute twice as slow beside an all-reduce: b0 runs 3..4 at half speed beside w1's bucket, then 4..4.5
+    alone; w0's bucket goes 4.5..5.5. Both lanes twice as slow beside each other: b0 and w1's bucket share 3..5."""
+    g, t = _chain()
+    net = Network(alpha=0.0, beta=1e6, workers=2)
+    two = [DDPBucket(("w1",), 1_000_000, "float32"), DDPBucket(("w0",), 1_000_000, "float32")]
+    step = ddp_step(g, t, two, net, host=HostCosts(optimizer_s_per_byte=0.0, compute_beside_comm=2.0))
+    assert [(x.start, x.end) for x in step.transfers] == [(3, 4), (4.5, 5.5)] and step.step_s == 5.5
+    both = ddp_step(g, t, two, net, host=HostCosts(optimizer_s_per_byte=0.0, compute_beside_comm=2.0,
+                                                    comm_beside_compute=2.0))
+    assert [(x.start, x.end) for x in both.transfers] == [(3, 5), (5, 6)] and both.step_s == 6
+    # one bucket after backward: nothing overlaps, nothing slows
+    one = [DDPBucket(("w1", "w0"), 2_000_000, "float32")]
+    assert ddp_step(g, t, one, net, host=HostCosts(optimizer_s_per_byte=0.0, compute_beside_comm=3.0,
+                                                     comm_beside_compute=3.0)).step_s == 6
+    with pytest.raises(DlschedError, match="slow-down from 1"):
+        ddp_step(g, t, two, net, host=HostCosts(compute_beside_comm=0.5))
+
+
 def test_ordered_step_by_hand():
     g, t = _chain()
     net = Network(alpha=0.0, beta=1e6, workers=2)
@@ -139,6 +158,28 @@ def test_ordered_step_within_its_bounds(gt, net, piece_bytes, priority):
     s = ordered_schedule(g, t, piece_bytes, net.cost, priority)
     step = ordered_step(g, t, s.pieces, net)
     assert step.lower_s * (1 - 1e-9) - TOL <= step.step_s <= step.upper_s * (1 + 1e-9) + TOL
+
+
+@settings(max_examples=40, deadline=None)
+@given(graphs, networks, st.sampled_from([0.01, 0.1, 100.0]))
+def test_the_contention_loop_without_contention_is_the_plain_schedule(gt, net, cap):
+    """The shared-lanes event loop at no slow-down gives the plain list schedule's times (fast = straightforward),
+    and with a slow-down no lane finishes before its own work: T ≥ L."""
+    import dlsched.analyses.ddp_step as ds
+    g, t = gt
+    buckets = ddp_buckets_of(g, cap, times=t)
+    plain = ddp_step(g, t, buckets, net)
+    real_run = ds._Dag.run
+    try:
+        ds._Dag.run = lambda self, slow=(1.0, 1.0): self._run_shared(slow)
+        shared = ddp_step(g, t, buckets, net)
+    finally:
+        ds._Dag.run = real_run
+    assert shared.step_s == pytest.approx(plain.step_s, rel=1e-9, abs=TOL)
+    for a, b in zip(plain.transfers, shared.transfers):
+        assert (a.start, a.end) == pytest.approx((b.start, b.end), rel=1e-9, abs=TOL)
+    slowed = ddp_step(g, t, buckets, net, host=HostCosts(compute_beside_comm=1.7, comm_beside_compute=1.3))
+    assert slowed.step_s >= slowed.lower_s - TOL
 
 
 def _param_free_forward(g: Graph, t) -> float:

@@ -138,3 +138,47 @@ def calibrate_compute(splits: Sequence[tuple[float, float]], profile: float) -> 
     q = a + k * b
     mid = float(statistics.median(q.tolist()))
     return ComputeCalibration(level=mid / profile, overlap=1.0 / k, factors=(q / mid).tolist(), identified=identified)
+
+
+def fit_contention(quiet: Sequence[float], beside: Sequence[float], comm: Sequence[float],
+                   quiet_comm: float) -> tuple[float, float]:
+    """How many times slower compute runs beside a collective, and the collective beside compute: ``(f, g)``.
+
+    ``validate --dp ddp``'s *beside* step (:mod:`dlsched.jobs.ddp_caps_run`):
+    a backward that takes ``q`` alone starts together with an all-reduce that
+    takes ``a`` alone (``quiet_comm``); backward then takes ``t`` and the
+    all-reduce ``e`` from the same start. While both run, compute does ``1/f``
+    of its work per second and the collective ``1/g`` of its own (the
+    simulator's :class:`~dlsched.analyses.ddp_step.HostCosts`)::
+
+        e ≥ t:  f = t / q                   (backward ran beside it throughout)
+                t/g + (e − t) = a  ⇒  g = t / (t + a − e)
+        e < t:  g = e / a                   (the all-reduce ran beside backward throughout)
+                e/f + (t − e) = q  ⇒  f = e / (e + q − t)
+
+    One pair per record (``quiet[i]``, ``beside[i]``, ``comm[i]``: the same
+    round's steps of one rank); the medians, each within ``[1, MAX_OVERLAP]``:
+    a record that gained speed beside the other is noise, not a speed-up, and a
+    denominator at or below 0 is a slow-down beyond what one record can say.
+
+    Examples
+    --------
+    Backward of 1 s beside an all-reduce of 2 s alone; backward took 1.2 s and the all-reduce 2.3 s:
+
+    >>> f, g = fit_contention([1.0], [1.2], [2.3], 2.0)
+    >>> round(f, 3), round(g, 3)
+    (1.2, 1.333)
+    """
+    fs, gs = [], []
+    for q, t, e in zip(quiet, beside, comm):
+        if e >= t:
+            f, den = t / q, t + quiet_comm - e
+            g = t / den if den > 0 else MAX_OVERLAP
+        else:
+            g, den = e / quiet_comm, e + q - t
+            f = e / den if den > 0 else MAX_OVERLAP
+        fs.append(min(max(f, 1.0), MAX_OVERLAP))
+        gs.append(min(max(g, 1.0), MAX_OVERLAP))
+    if not fs:
+        return 1.0, 1.0
+    return float(statistics.median(fs)), float(statistics.median(gs))

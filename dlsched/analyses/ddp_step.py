@@ -44,6 +44,13 @@ optimizer runs on the compute resource), the exposed communication
 ``T − compute − optimizer`` and ``E = (U − T)/(U − L)`` (TicTac §3.2;
 ``E = 1`` when ``U = L``). ``L ≤ T ≤ U`` holds for both.
 
+**Contention.** On CPU a collective's reductions and socket copies share the
+cores with backward. With :class:`HostCosts`' ``compute_beside_comm = f`` and
+``comm_beside_compute = g`` above 1, a compute op advances at ``1/f`` of its
+speed while an all-reduce is in flight and an all-reduce at ``1/g`` while
+compute runs (an event loop over both lanes' remaining work). ``L ≤ T``
+still holds; ``T ≤ U`` need not: overlapping can lose to serialising.
+
 Examples
 --------
 >>> from dlsched.synthetic import random_dag
@@ -75,6 +82,8 @@ ITERATIONS = 6
 DEFAULT_COPY_BPS = 10e9
 #: Bytes plain SGD moves per parameter byte (reads the parameter and its gradient, writes the parameter).
 SGD_BYTES_MOVED = 3
+#: The largest contention slow-down accepted (:class:`HostCosts`).
+MAX_SLOWDOWN = 4.0
 
 _COMPUTE, _LINK, _INSTANT = 0, 1, -1
 
@@ -101,10 +110,16 @@ class Network:
 @dataclass(frozen=True)
 class HostCosts:
     """What the process's own thread pays besides the DAG: gradient copies (bytes/s) and the optimizer
-    (seconds per parameter byte; ``None``: plain SGD, :data:`SGD_BYTES_MOVED` bytes at the copy bandwidth)."""
+    (seconds per parameter byte; ``None``: plain SGD, :data:`SGD_BYTES_MOVED` bytes at the copy bandwidth).
+
+    ``compute_beside_comm`` and ``comm_beside_compute``: how many times slower compute runs while an all-reduce
+    is in flight, and an all-reduce while compute runs (a CPU collective's reductions and socket copies share
+    the cores with backward; 1: no contention). Measured by ``validate --dp ddp`` (DESIGN §4.8)."""
 
     copy_bandwidth: float = DEFAULT_COPY_BPS
     optimizer_s_per_byte: float | None = None
+    compute_beside_comm: float = 1.0
+    comm_beside_compute: float = 1.0
 
     def optimizer_s(self, nbytes: float) -> float:
         per = SGD_BYTES_MOVED / self.copy_bandwidth if self.optimizer_s_per_byte is None else self.optimizer_s_per_byte
@@ -116,6 +131,10 @@ class HostCosts:
         if self.optimizer_s_per_byte is not None and not 0 <= self.optimizer_s_per_byte < float("inf"):
             raise DlschedError(f"the optimizer's cost must be a finite number of seconds per byte ≥ 0, "
                                f"got {self.optimizer_s_per_byte}")
+        for name in ("compute_beside_comm", "comm_beside_compute"):
+            if not 1 <= getattr(self, name) <= MAX_SLOWDOWN:
+                raise DlschedError(f"{name.replace('_', ' ')} must be a slow-down from 1 to {MAX_SLOWDOWN:g}, "
+                                   f"got {getattr(self, name)}")
 
 
 @dataclass(frozen=True)
@@ -194,8 +213,13 @@ class _Dag:
         self.succ[u].append(v)
         self.indeg[v] += 1
 
-    def run(self) -> tuple[list[float], list[float], list[float]]:
-        """(ready, start, end) of every node: the non-idling list schedule of the module docstring."""
+    def run(self, slow: tuple[float, float] = (1.0, 1.0)) -> tuple[list[float], list[float], list[float]]:
+        """(ready, start, end) of every node: the non-idling list schedule of the module docstring.
+
+        ``slow``: (compute beside the link, link beside compute) of :class:`HostCosts`; with contention each
+        running node advances at ``1/slow`` of its rate while the other lane is busy too."""
+        if slow != (1.0, 1.0):
+            return self._run_shared(slow)
         n = len(self.dur)
         indeg, ready, start, end = list(self.indeg), [0.0] * n, [0.0] * n, [0.0] * n
         queues: dict[int, list] = {_COMPUTE: [], _LINK: []}
@@ -243,6 +267,69 @@ class _Dag:
                 busy[self.lane[i]] = False
                 done += 1
                 freed.extend(release(i))
+            settle(freed[::-1])
+        return ready, start, end
+
+
+    def _run_shared(self, slow: tuple[float, float]) -> tuple[list[float], list[float], list[float]]:
+        """:meth:`run` with the lanes slowing each other: a node's work is its duration alone; while both
+        lanes run, the compute node does ``1/slow[0]`` of a second's work per second, the link ``1/slow[1]``."""
+        n = len(self.dur)
+        indeg, ready, start, end = list(self.indeg), [0.0] * n, [0.0] * n, [0.0] * n
+        queues: dict[int, list] = {_COMPUTE: [], _LINK: []}
+        running: dict[int, list] = {}  # lane -> [node, work left]
+        done, now = 0, 0.0
+
+        def release(u: int) -> list[int]:
+            free = []
+            for v in self.succ[u]:
+                ready[v] = max(ready[v], end[u])
+                indeg[v] -= 1
+                if indeg[v] == 0:
+                    free.append(v)
+            return free
+
+        def settle(stack: list[int]) -> None:
+            nonlocal done
+            while stack:
+                u = stack.pop()
+                if self.lane[u] != _INSTANT:
+                    heapq.heappush(queues[self.lane[u]], (ready[u], self.cls[u], u))
+                    continue
+                start[u] = end[u] = ready[u]
+                done += 1
+                stack.extend(release(u))
+
+        settle([i for i in range(n) if indeg[i] == 0][::-1])
+        while done < n:
+            for lane, q in queues.items():
+                if lane not in running and q and q[0][0] <= now:
+                    _, _, i = heapq.heappop(q)
+                    start[i] = now
+                    running[lane] = [i, self.dur[i]]
+            if not running:  # idle until the next node is ready
+                waiting = [q[0][0] for q in queues.values() if q]
+                if not waiting:
+                    raise DlschedError("the step's unrolled DAG has a cycle")  # cannot happen: built acyclic
+                now = min(waiting)
+                continue
+            both = len(running) == 2
+            rate = {lane: 1.0 / (slow[0 if lane == _COMPUTE else 1] if both else 1.0) for lane in running}
+            step = min(left / rate[lane] for lane, (_, left) in running.items())
+            arrivals = [q[0][0] for lane, q in queues.items() if lane not in running and q and q[0][0] > now]
+            step = min([step] + [t - now for t in arrivals])
+            now += step
+            freed: list[int] = []
+            for lane in list(running):
+                i, left = running[lane]
+                left -= step * rate[lane]
+                if left <= 1e-12 * max(1.0, self.dur[i]):
+                    end[i] = now
+                    del running[lane]
+                    done += 1
+                    freed.extend(release(i))
+                else:
+                    running[lane][1] = left
             settle(freed[::-1])
         return ready, start, end
 
@@ -320,7 +407,7 @@ def ddp_step(graph: Graph, times: Mapping[str, float], buckets: Sequence[DDPBuck
     opt_s = host.optimizer_s(model_bytes)
     finalize = dag.add((0.0 if gradient_as_bucket_view else model_bytes / host.copy_bandwidth) + opt_s, _COMPUTE,
                        [backward_done, prev], hook=True)
-    ready, start, end = dag.run()
+    ready, start, end = dag.run((host.compute_beside_comm, host.comm_beside_compute))
     transfers = tuple(Transfer(max(end[grad[p]] for p in b.params), start[i], end[i], int(b.bytes))
                       for b, i in zip(buckets, links))
     lat = sum(network.split(b.bytes)[0] for b in buckets)
@@ -370,7 +457,7 @@ def ordered_step(graph: Graph, times: Mapping[str, float], pieces: Sequence[Piec
         marks.append(dag.add(0.0, _INSTANT, compute + updates))
         link_nodes.append(links)
         begin = dag.add(0.0, _INSTANT, compute)  # backward() returns: the next forward may start
-    ready, start, end = dag.run()
+    ready, start, end = dag.run((host.compute_beside_comm, host.comm_beside_compute))
     k = iterations - 3
     period = (end[marks[-2]] - end[marks[-4]]) / 2
     t0 = end[firsts[k]]

@@ -37,7 +37,9 @@ def render_ddp(out: dict) -> None:
          ("compute per step", f"{fmt_seconds(out['compute_s'])} (the profile's x{out['profile_scale']:.3f}), "
                               f"optimizer {fmt_seconds(out['optimizer_s'])}"),
          ("all-reduce (ring, timed)", f"alpha {fmt_seconds(n['alpha_s'])}, beta "
-                                      f"{n['beta_bytes_per_s'] * 8 / 1e6:.0f} Mbit/s")]))
+                                      f"{n['beta_bytes_per_s'] * 8 / 1e6:.0f} Mbit/s"),
+         ("beside each other", f"backward x{out['contention']['compute_beside_allreduce']:.3f} slower beside an "
+                               f"all-reduce, the all-reduce x{out['contention']['allreduce_beside_compute']:.3f}")]))
     rows = [(c["label"], str(c["buckets"]), fmt_seconds(c["measured_mean"]), fmt_seconds(c["predicted"]),
              _pct(c["error"]), "yes" if c["within_target"] else "NO", _num(c["predicted_efficiency"]))
             for c in out["caps"]]

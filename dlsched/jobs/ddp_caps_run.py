@@ -8,7 +8,10 @@ runs one training step of every cap, in an order rotated each round so that no
 cap always follows the same one, plus one unscored *calibration* step: the
 same forward and backward of the wrapped module itself (DDP's hooks idle, no
 all-reduce) and the optimizer, which gives the compute the cluster's ranks really spend beside
-each other. Every step starts after a barrier, so the ranks start together,
+each other; and one unscored *beside* step, the same again while a second
+thread all-reduces a buffer of the whole gradient's size from the moment backward
+starts, on a gloo group of its own: how much backward and a collective slow each
+other when they share the cores. Every step starts after a barrier, so the ranks start together,
 and the cluster's step time is the slowest rank's. The warm-up rounds (DDP's
 first iteration, with its one whole-model bucket, among them) are dropped.
 
@@ -36,6 +39,8 @@ from dlsched.runtime.ps_failures import transfer_failure
 ENTRY = "dlsched.jobs.ddp_caps_run"
 #: the unscored slot of each round: forward and backward of the wrapped module (no all-reduce), then the optimizer
 CALIBRATION = "calibration"
+#: the unscored slot of each round in which backward runs beside an all-reduce of the whole gradient's size
+BESIDE = "calibration-beside"
 #: calls per size when timing the all-reduce
 ALLREDUCE_CALLS = 5
 
@@ -48,8 +53,9 @@ class DDPJobFailed(DlschedError):
 class DDPCapsRun:
     """What the job measured, per slot (a cap's ``bucket_cap_mb`` as text, or :data:`CALIBRATION`).
 
-    ``steps[slot]`` is a ``(rounds, ranks, 4)`` array of seconds: forward + backward
-    (DDP's all-reduces inside), optimizer, whole step, forward. ``allreduce`` maps bytes to
+    ``steps[slot]`` is a ``(rounds, ranks, 5)`` array of seconds: forward + backward
+    (DDP's all-reduces inside), optimizer, whole step, forward, and (the :data:`BESIDE` slot only, else 0)
+    the all-reduce beside backward from backward's start to its end. ``allreduce`` maps bytes to
     the median seconds of one all-reduce, per rank (``(sizes, ranks)``).
     """
 
@@ -90,6 +96,38 @@ def _timed_allreduce(dist, torch, nbytes: int) -> float:
     return float(np.median(runs))
 
 
+class _Beside:
+    """An all-reduce of ``nbytes`` in a second thread, on a gloo group of its own, while backward runs."""
+
+    def __init__(self, dist, torch, nbytes: int, timeout: float):
+        from datetime import timedelta
+        self.dist, self.buf = dist, torch.zeros(max(1, nbytes // 4))
+        self.group = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout))
+        self.timeout, self.thread, self.end, self.error = timeout, None, None, None
+
+    def _run(self) -> None:
+        try:
+            self.dist.all_reduce(self.buf, group=self.group)
+            self.end = time.perf_counter()
+        except Exception as e:  # noqa: BLE001 - raised in the rank's thread by join()
+            self.error = e
+
+    def start(self) -> None:
+        import threading
+        self.end = self.error = None
+        self.thread = threading.Thread(target=self._run, name="dlsched-beside-allreduce", daemon=True)
+        self.thread.start()
+
+    def join(self) -> float:
+        """When the all-reduce ended (``perf_counter``); raises what it raised."""
+        self.thread.join(self.timeout)
+        if self.error is not None:
+            raise self.error
+        if self.end is None:
+            raise TimeoutError(f"the all-reduce beside backward did not end within {self.timeout:g} s")
+        return self.end
+
+
 def join_with_model(config: dict):
     """Join the job as a torchrun rank would (the launcher sets torchrun's variables; bounded by the config's
     ``timeout``), with the config's intra-op threads, and build its model in training mode: ``(module, inputs)``.
@@ -128,25 +166,30 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
             opts[slot_name(cap)] = torch.optim.SGD(replica.parameters(), lr=1e-3)
         sizes = config["allreduce_bytes"]
         allreduce = [_timed_allreduce(dist, torch, n) for n in sizes]
-        slots = [*replicas, CALIBRATION]
+        beside = _Beside(dist, torch, max(sizes), config["timeout"])
+        slots = [*replicas, CALIBRATION, BESIDE]
         first = next(iter(replicas))
         records = {s: [] for s in slots}
         for r in range(config["warmup"] + config["iterations"]):
             for slot in rotation(slots, r):
-                ddp, opt = (replicas[first], opts[first]) if slot == CALIBRATION else (replicas[slot], opts[slot])
+                bare = slot in (CALIBRATION, BESIDE)
+                ddp, opt = (replicas[first], opts[first]) if bare else (replicas[slot], opts[slot])
                 dist.barrier()
                 t0 = time.perf_counter()
                 # calibration: the wrapped module itself, so DDP's hooks stay idle (under no_sync, torch 2.13's
                 # DDP on gloo still spent a whole-model all-reduce's time in backward)
-                loss = training_loss((ddp.module if slot == CALIBRATION else ddp)(*inputs))
+                loss = training_loss((ddp.module if bare else ddp)(*inputs))
                 tf = time.perf_counter()
+                if slot == BESIDE:
+                    beside.start()
                 loss.backward()  # in a DDP step its all-reduces run inside, overlapping the rest of backward
                 t1 = time.perf_counter()
+                comm = beside.join() - tf if slot == BESIDE else 0.0
                 opt.step()
                 opt.zero_grad(set_to_none=False)
                 t2 = time.perf_counter()
                 if r >= config["warmup"]:
-                    records[slot].append((t1 - t0, t2 - t1, t2 - t0, tf - t0))
+                    records[slot].append((t1 - t0, t2 - t1, t2 - t0, tf - t0, comm))
         dist.barrier()
     except DlschedError:
         raise

@@ -34,6 +34,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from dlsched import limits
+from dlsched.analyses.calibration import fit_contention
 from dlsched.analyses.ddp_step import HostCosts, Network
 from dlsched.analyses.validate import relative_error
 from dlsched.errors import DlschedError
@@ -43,7 +44,7 @@ from dlsched.profiling.network import LinkMeasurement
 from dlsched.runtime import netns
 from dlsched.runtime.hosts import open_hosts
 
-from .ddp_caps_run import CALIBRATION, run_caps, slot_name
+from .ddp_caps_run import BESIDE, CALIBRATION, run_caps, slot_name
 from .in_situ_oracle import in_situ_oracle
 from .ordered_run import OrderedRun, run_ordered
 
@@ -141,6 +142,8 @@ class DDPValidation:
     wall_s: float
     plan: DDPPlan | None = None
     ordered: OrderedRun | None = None
+    #: (compute beside an all-reduce, all-reduce beside compute) slow-downs, fitted on the beside steps
+    contention: tuple = (1.0, 1.0)
 
 
 def _check(model, workers, caps, iterations, warmup, max_work):
@@ -191,7 +194,8 @@ def run_ddp_validation(model: str, *, workers: int = 2, rate: str | None = "auto
     try:
         say(f"hosts: {hosts.note}")
         say(f"running DDP at its default and at caps {', '.join(f'{c:g}' for c in caps)} MiB, interleaved one "
-            f"step each with a calibration step: {warmup} + {iterations} rounds of {len(slots) + 1}")
+            f"step each with two calibration steps (alone, and beside an all-reduce): {warmup} + {iterations} rounds of "
+            f"{len(slots) + 2}")
         run = run_caps(model, slots, workers=workers, batch=batch, threads=threads, iterations=iterations,
                        warmup=warmup, allreduce_bytes=allreduce_sizes(model_bytes), timeout=timeout, hosts=hosts)
         host_info = {"kind": hosts.kind, "rate": hosts.rate, "note": hosts.note}
@@ -207,7 +211,7 @@ def run_ddp_validation(model: str, *, workers: int = 2, rate: str | None = "auto
                                            warmup=max(1, warmup), block=ORDERED_BLOCK, timeout=timeout, hosts=hosts)
     finally:
         hosts.close()
-    net, compute, optimizer, scale = fitted
+    net, compute, optimizer, scale, contention = fitted
     rows = []
     for c in plan.caps:
         measured = run.step_times(slot_name(c.bucket_cap_mb))
@@ -215,13 +219,14 @@ def run_ddp_validation(model: str, *, workers: int = 2, rate: str | None = "auto
                            float(np.percentile(measured, 95)), c.step.step_s, c.step.figures()))
     timed = {"bytes": list(run.allreduce_bytes), "seconds": [float(s) for s in run.allreduce_s.mean(axis=1)]}
     return DDPValidation(model, workers, batch, threads, host_info, rows, net, timed, compute, optimizer, scale,
-                         iterations, time.monotonic() - t0, plan, measured_ordered)
+                         iterations, time.monotonic() - t0, plan, measured_ordered, contention)
 
 
 def _plan(graph, oracle, run, caps, model_bytes, workers):
     """plan-ddp on what the sweep measured: the profile scaled to the calibration steps' compute, the
-    optimizer's measured time, the ring fitted to the timed all-reduces."""
-    calib = run.steps[CALIBRATION]
+    optimizer's measured time, the ring fitted to the timed all-reduces, and backward and the all-reduce
+    slowing each other as in the beside steps (:func:`~dlsched.analyses.calibration.fit_contention`)."""
+    calib, beside = run.steps[CALIBRATION], run.steps[BESIDE]
     compute = float(np.median(calib[:, :, 0].max(axis=1)))
     optimizer = float(np.median(calib[:, :, 1].max(axis=1)))
     scale = compute / oracle.compute
@@ -230,6 +235,9 @@ def _plan(graph, oracle, run, caps, model_bytes, workers):
         times[op.name] *= scale
     secs = run.allreduce_s.mean(axis=1)
     net = fit_ring(run.allreduce_bytes, secs, workers)
-    host = HostCosts(optimizer_s_per_byte=optimizer / model_bytes)
+    quiet_backward = (calib[:, :, 0] - calib[:, :, 3]).ravel()
+    f, g = fit_contention(quiet_backward, (beside[:, :, 0] - beside[:, :, 3]).ravel(), beside[:, :, 4].ravel(),
+                          float(secs[-1]))
+    host = HostCosts(optimizer_s_per_byte=optimizer / model_bytes, compute_beside_comm=f, comm_beside_compute=g)
     plan = plan_ddp(graph, times, net, caps=caps, host=host)
-    return plan, (net, compute, optimizer, scale)
+    return plan, (net, compute, optimizer, scale, (f, g))
