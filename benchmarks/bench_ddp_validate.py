@@ -100,6 +100,10 @@ def summarise(parts: dict) -> dict:
                                  ("measured_gain", "predicted_gain", "gain_error", "measured_ddp", "measured_ordered",
                                   "S", "max_param_diff")} if ordered else None,
                      "load_1min": [r["load_1min"] for r in runs], "caps": caps,
+                     # runs from before the contention was modelled have none
+                     "contention": {k: _spread([r["contention"][k] for r in runs])
+                                    for k in ("compute_beside_allreduce", "allreduce_beside_compute")}
+                     if all("contention" in r for r in runs) else None,
                      "max_abs_error_median": max(abs(c["error"]["median"]) for c in caps.values()),
                      "recommended": [{k: r["recommended"][k] for k in ("label", "bound", "best_measured",
                                                                        "measured_loss_vs_best", "within_target")}
@@ -123,6 +127,12 @@ def report() -> None:
                                     else f"{d['median']:.3f} ({d['min']:.3f}…{d['max']:.3f})")
             lines.append(f"| {lab} | {c['buckets']} | {f(c['measured_mean'])} | {f(c['predicted'])} | "
                          f"{f(c['error'], True)} |")
+        k = s.get("contention")
+        lines += ["", ("Contention fitted on the beside steps: backward x{:.3f} ({:.3f}…{:.3f}) slower beside an "
+                       "all-reduce, the all-reduce x{:.3f} ({:.3f}…{:.3f}) beside backward.".format(
+                           *(k["compute_beside_allreduce"][x] for x in ("median", "min", "max")),
+                           *(k["allreduce_beside_compute"][x] for x in ("median", "min", "max"))) if k else
+                       "Contention not modelled: these repeats ran before the beside step (2026-11-26, 2190e4c).")]
         lines += ["", "plan-ddp's pick per repeat: " + "; ".join(
             f"{r['label']} ({r['bound']}), {r['measured_loss_vs_best'] * 100:+.1f}% vs best {r['best_measured']}"
             for r in s["recommended"]), ""]
