@@ -4,8 +4,8 @@
 once and wraps one deep copy of it per cap in ``DistributedDataParallel(copy,
 bucket_cap_mb=cap, gradient_as_bucket_view=True)``, so each cap keeps its own
 buckets (DDP fixes them when it rebuilds after its first iteration). A round
-runs one training step of every cap, in an order rotated each round so that no
-cap always follows the same one, plus one unscored *calibration* step: the
+runs one training step of every cap, in an order that changes each round so that no
+cap always follows the same one (:mod:`.interleave`), plus one unscored *calibration* step: the
 same forward and backward of the wrapped module itself (DDP's hooks idle, no
 all-reduce) and the optimizer, which gives the compute the cluster's ranks really spend beside
 each other; and one unscored *beside* step, the same again while a second
@@ -34,6 +34,8 @@ import numpy as np
 from dlsched.errors import DlschedError
 from dlsched.runtime import launcher
 from dlsched.runtime.ps_failures import transfer_failure
+
+from .interleave import balanced_rounds
 
 #: the module every rank runs (``python -m ENTRY``)
 ENTRY = "dlsched.jobs.ddp_caps_run"
@@ -76,13 +78,14 @@ def slot_name(cap: float | None) -> str:
 
 
 def rotation(slots: list[str], round_: int) -> list[str]:
-    """The slots in round ``round_``'s order: the list rotated by the round, so every slot leads in turn.
+    """The slots in round ``round_``'s order: the balanced rounds of :mod:`.interleave` (a Williams design), so
+    every slot stands in every place and follows every other slot equally often.
 
-    >>> rotation(["a", "b", "c"], 4)
-    ['b', 'c', 'a']
+    >>> [rotation(["a", "b", "c", "d"], r) for r in range(2)]
+    [['a', 'b', 'd', 'c'], ['b', 'c', 'a', 'd']]
     """
-    k = round_ % len(slots)
-    return slots[k:] + slots[:k]
+    design = balanced_rounds(len(slots))
+    return [slots[i] for i in design[round_ % len(design)]]
 
 
 def _timed_allreduce(dist, torch, nbytes: int) -> float:
