@@ -220,44 +220,18 @@ class _Dag:
         running node advances at ``1/slow`` of its rate while the other lane is busy too."""
         if slow != (1.0, 1.0):
             return self._run_shared(slow)
-        n = len(self.dur)
-        indeg, ready, start, end = list(self.indeg), [0.0] * n, [0.0] * n, [0.0] * n
-        queues: dict[int, list] = {_COMPUTE: [], _LINK: []}
+        st = _Schedule(self)
         busy = {_COMPUTE: False, _LINK: False}
         events: list[tuple[float, int]] = []
-        done = 0
-
-        def settle(stack: list[int]) -> None:
-            """Queue the nodes whose predecessors are all done; instant ones end at once."""
-            nonlocal done
-            while stack:
-                u = stack.pop()
-                if self.lane[u] != _INSTANT:
-                    heapq.heappush(queues[self.lane[u]], (ready[u], self.cls[u], u))
-                    continue
-                start[u] = end[u] = ready[u]
-                done += 1
-                stack.extend(release(u))
-
-        def release(u: int) -> list[int]:
-            free = []
-            for v in self.succ[u]:
-                ready[v] = max(ready[v], end[u])
-                indeg[v] -= 1
-                if indeg[v] == 0:
-                    free.append(v)
-            return free
-
-        settle([i for i in range(n) if indeg[i] == 0][::-1])
         now = 0.0
-        while done < n:
-            for lane, q in queues.items():
+        while st.done < len(self.dur):
+            for lane, q in st.queues.items():
                 if not busy[lane] and q:
                     _, _, i = heapq.heappop(q)
-                    start[i] = max(now, ready[i])
-                    end[i] = start[i] + self.dur[i]
+                    st.start[i] = max(now, st.ready[i])
+                    st.end[i] = st.start[i] + self.dur[i]
                     busy[lane] = True
-                    heapq.heappush(events, (end[i], i))
+                    heapq.heappush(events, (st.end[i], i))
             if not events:
                 raise DlschedError("the step's unrolled DAG has a cycle")  # cannot happen: built acyclic
             now = events[0][0]
@@ -265,73 +239,76 @@ class _Dag:
             while events and events[0][0] <= now:
                 _, i = heapq.heappop(events)
                 busy[self.lane[i]] = False
-                done += 1
-                freed.extend(release(i))
-            settle(freed[::-1])
-        return ready, start, end
-
+                st.done += 1
+                freed.extend(st.release(i))
+            st.settle(freed[::-1])
+        return st.ready, st.start, st.end
 
     def _run_shared(self, slow: tuple[float, float]) -> tuple[list[float], list[float], list[float]]:
         """:meth:`run` with the lanes slowing each other: a node's work is its duration alone; while both
         lanes run, the compute node does ``1/slow[0]`` of a second's work per second, the link ``1/slow[1]``."""
-        n = len(self.dur)
-        indeg, ready, start, end = list(self.indeg), [0.0] * n, [0.0] * n, [0.0] * n
-        queues: dict[int, list] = {_COMPUTE: [], _LINK: []}
+        st = _Schedule(self)
         running: dict[int, list] = {}  # lane -> [node, work left]
-        done, now = 0, 0.0
-
-        def release(u: int) -> list[int]:
-            free = []
-            for v in self.succ[u]:
-                ready[v] = max(ready[v], end[u])
-                indeg[v] -= 1
-                if indeg[v] == 0:
-                    free.append(v)
-            return free
-
-        def settle(stack: list[int]) -> None:
-            nonlocal done
-            while stack:
-                u = stack.pop()
-                if self.lane[u] != _INSTANT:
-                    heapq.heappush(queues[self.lane[u]], (ready[u], self.cls[u], u))
-                    continue
-                start[u] = end[u] = ready[u]
-                done += 1
-                stack.extend(release(u))
-
-        settle([i for i in range(n) if indeg[i] == 0][::-1])
-        while done < n:
-            for lane, q in queues.items():
-                if lane not in running and q and q[0][0] <= now:
+        now = 0.0
+        while st.done < len(self.dur):
+            for lane, q in st.queues.items():
+                if lane not in running and q:  # queued nodes are ready: their predecessors are done
                     _, _, i = heapq.heappop(q)
-                    start[i] = now
+                    st.start[i] = now
                     running[lane] = [i, self.dur[i]]
-            if not running:  # idle until the next node is ready
-                waiting = [q[0][0] for q in queues.values() if q]
-                if not waiting:
-                    raise DlschedError("the step's unrolled DAG has a cycle")  # cannot happen: built acyclic
-                now = min(waiting)
-                continue
+            if not running:
+                raise DlschedError("the step's unrolled DAG has a cycle")  # cannot happen: built acyclic
             both = len(running) == 2
             rate = {lane: 1.0 / (slow[0 if lane == _COMPUTE else 1] if both else 1.0) for lane in running}
             step = min(left / rate[lane] for lane, (_, left) in running.items())
-            arrivals = [q[0][0] for lane, q in queues.items() if lane not in running and q and q[0][0] > now]
-            step = min([step] + [t - now for t in arrivals])
             now += step
             freed: list[int] = []
             for lane in list(running):
                 i, left = running[lane]
                 left -= step * rate[lane]
                 if left <= 1e-12 * max(1.0, self.dur[i]):
-                    end[i] = now
+                    st.end[i] = now
                     del running[lane]
-                    done += 1
-                    freed.extend(release(i))
+                    st.done += 1
+                    freed.extend(st.release(i))
                 else:
                     running[lane][1] = left
-            settle(freed[::-1])
-        return ready, start, end
+            st.settle(freed[::-1])
+        return st.ready, st.start, st.end
+
+
+class _Schedule:
+    """The bookkeeping both event loops of :class:`_Dag` share: times, in-degrees, the lanes' ready queues."""
+
+    def __init__(self, dag: _Dag):
+        n = len(dag.dur)
+        self.dag, self.indeg = dag, list(dag.indeg)
+        self.ready, self.start, self.end = [0.0] * n, [0.0] * n, [0.0] * n
+        self.queues: dict[int, list] = {_COMPUTE: [], _LINK: []}
+        self.done = 0
+        self.settle([i for i in range(n) if self.indeg[i] == 0][::-1])
+
+    def release(self, u: int) -> list[int]:
+        """``u`` ended: its successors' ready times, and those now free of predecessors."""
+        free = []
+        for v in self.dag.succ[u]:
+            self.ready[v] = max(self.ready[v], self.end[u])
+            self.indeg[v] -= 1
+            if self.indeg[v] == 0:
+                free.append(v)
+        return free
+
+    def settle(self, stack: list[int]) -> None:
+        """Queue the nodes whose predecessors are all done; instant ones end at once."""
+        dag = self.dag
+        while stack:
+            u = stack.pop()
+            if dag.lane[u] != _INSTANT:
+                heapq.heappush(self.queues[dag.lane[u]], (self.ready[u], dag.cls[u], u))
+                continue
+            self.start[u] = self.end[u] = self.ready[u]
+            self.done += 1
+            stack.extend(self.release(u))
 
 
 def _check(graph: Graph, times: Mapping[str, float], network: Network, host: HostCosts) -> list:
