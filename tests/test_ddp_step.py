@@ -79,6 +79,11 @@ def test_ordered_step_by_hand():
     # w0 is updated at 5; f0 runs 5..6; w1 (done at 4) is ready; f1 6..7, b1 7..8, b0 8..9: a 5 s period.
     assert step.step_s == pytest.approx(5)
     assert step.lower_s <= step.step_s <= step.upper_s
+    # Half a second of the hook's own work per piece: w1's piece 3..4.5, w0's 4.5..6, the next f0 at 6.
+    slow = ordered_step(g, t, pieces, net, host=HostCosts(optimizer_s_per_byte=0.0, per_piece_s=0.5))
+    assert slow.step_s == pytest.approx(6)
+    with pytest.raises(DlschedError, match="cost per piece"):
+        ordered_step(g, t, pieces, net, host=HostCosts(per_piece_s=-1.0))
 
 
 def test_schedule_prefers_the_first_layer_when_both_are_ready():

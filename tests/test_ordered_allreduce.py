@@ -230,3 +230,16 @@ def test_a_lost_or_repeated_element_is_refused(case, data):
         bad[data.draw(st.integers(0, len(bad) - 1))].append((name, k, k + 1))
     with pytest.raises(PieceCoverageError, match=f"'{name}' elements"):
         check_pieces(numels, bad)
+
+
+def test_piece_gap_counts_only_pieces_that_waited_for_nothing():
+    """The ordered job's cost per piece: from a piece's end to the next one's issue, only where the next
+    piece's gradients were ready before that end (else the gap is a wait for backward, not the hook's work)."""
+    from dlsched.hooks.ordered_allreduce import StepRecord
+    from dlsched.jobs.ordered_run import piece_gap
+    pieces = [[("a", 0, 4)], [("b", 0, 4)], [("c", 0, 2), ("d", 0, 2)]]
+    rec = StepRecord(0, ready_s={"a": 0.0, "b": 0.1, "c": 0.5, "d": 2.2},
+                     pieces=[[0.0, 1.0], [1.003, 2.0], [2.5, 3.0]])
+    assert piece_gap([rec], pieces) == pytest.approx(0.003)  # d was ready only at 2.2: a wait, not counted
+    assert piece_gap([StepRecord(0, ready_s={"a": 0.0, "b": 5.0}, pieces=[[0.0, 1.0], [5.0, 6.0]])],
+                     pieces[:2]) is None

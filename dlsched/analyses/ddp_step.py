@@ -114,12 +114,17 @@ class HostCosts:
 
     ``compute_beside_comm`` and ``comm_beside_compute``: how many times slower compute runs while an all-reduce
     is in flight, and an all-reduce while compute runs (a CPU collective's reductions and socket copies share
-    the cores with backward; 1: no contention). Measured by ``validate --dp ddp`` (DESIGN §4.8)."""
+    the cores with backward; 1: no contention). Measured by ``validate --dp ddp`` (DESIGN §4.8).
+
+    ``per_piece_s``: what the ordered all-reduce's communication thread spends per piece besides the
+    collective (a hand-off, gathering the piece, the updates it completes), charged on the link before
+    each piece; measured in the ordered job (:mod:`dlsched.jobs.ordered_run`)."""
 
     copy_bandwidth: float = DEFAULT_COPY_BPS
     optimizer_s_per_byte: float | None = None
     compute_beside_comm: float = 1.0
     comm_beside_compute: float = 1.0
+    per_piece_s: float = 0.0
 
     def optimizer_s(self, nbytes: float) -> float:
         per = SGD_BYTES_MOVED / self.copy_bandwidth if self.optimizer_s_per_byte is None else self.optimizer_s_per_byte
@@ -131,6 +136,8 @@ class HostCosts:
         if self.optimizer_s_per_byte is not None and not 0 <= self.optimizer_s_per_byte < float("inf"):
             raise DlschedError(f"the optimizer's cost must be a finite number of seconds per byte ≥ 0, "
                                f"got {self.optimizer_s_per_byte}")
+        if not 0 <= self.per_piece_s < float("inf"):
+            raise DlschedError(f"the cost per piece must be a finite number of seconds ≥ 0, got {self.per_piece_s}")
         for name in ("compute_beside_comm", "comm_beside_compute"):
             if not 1 <= getattr(self, name) <= MAX_SLOWDOWN:
                 raise DlschedError(f"{name.replace('_', ' ')} must be a slow-down from 1 to {MAX_SLOWDOWN:g}, "
@@ -423,7 +430,7 @@ def ordered_step(graph: Graph, times: Mapping[str, float], pieces: Sequence[Piec
         links, updates = [], []
         for i, piece in enumerate(pieces):
             preds = [grad[p] for p in piece.params] + ([prev_link] if prev_link is not None else [])
-            prev_link = dag.add(network.cost(piece.bytes), _LINK, preds)
+            prev_link = dag.add(host.per_piece_s + network.cost(piece.bytes), _LINK, preds)
             links.append(prev_link)
         released = {}
         for i, params in completes.items():

@@ -28,14 +28,14 @@ Examples
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 import numpy as np
 
 from dlsched import limits
 from dlsched.analyses.calibration import fit_contention
-from dlsched.analyses.ddp_step import HostCosts, Network
+from dlsched.analyses.ddp_step import HostCosts, Network, StepResult, ordered_step
 from dlsched.analyses.validate import relative_error
 from dlsched.errors import DlschedError
 from dlsched.importers.loader import detect_format, load_model
@@ -144,6 +144,8 @@ class DDPValidation:
     ordered: OrderedRun | None = None
     #: (compute beside an all-reduce, all-reduce beside compute) slow-downs, fitted on the beside steps
     contention: tuple = (1.0, 1.0)
+    #: the ordered all-reduce's predicted step with the cost per piece its job measured
+    ordered_predicted: StepResult | None = None
 
 
 def _check(model, workers, caps, iterations, warmup, max_work):
@@ -199,7 +201,7 @@ def run_ddp_validation(model: str, *, workers: int = 2, rate: str | None = "auto
         run = run_caps(model, slots, workers=workers, batch=batch, threads=threads, iterations=iterations,
                        warmup=warmup, allreduce_bytes=allreduce_sizes(model_bytes), timeout=timeout, hosts=hosts)
         host_info = {"kind": hosts.kind, "rate": hosts.rate, "note": hosts.note}
-        plan, fitted = _plan(graph, oracle, run, caps, model_bytes, workers)
+        plan, fitted, (times, host) = _plan(graph, oracle, run, caps, model_bytes, workers)
         measured_ordered = None
         if ordered:
             say(f"running stock DDP (bucket_cap_mb={plan.recommended.label}) against the ordered all-reduce "
@@ -212,6 +214,10 @@ def run_ddp_validation(model: str, *, workers: int = 2, rate: str | None = "auto
     finally:
         hosts.close()
     net, compute, optimizer, scale, contention = fitted
+    ordered_predicted = None
+    if measured_ordered is not None:  # the schedule plan-ddp chose, with the hook's measured cost per piece
+        ordered_predicted = ordered_step(graph, times, plan.best_ordered.schedule.pieces, net,
+                                         replace(host, per_piece_s=measured_ordered.piece_gap_s))
     rows = []
     for c in plan.caps:
         measured = run.step_times(slot_name(c.bucket_cap_mb))
@@ -219,7 +225,7 @@ def run_ddp_validation(model: str, *, workers: int = 2, rate: str | None = "auto
                            float(np.percentile(measured, 95)), c.step.step_s, c.step.figures()))
     timed = {"bytes": list(run.allreduce_bytes), "seconds": [float(s) for s in run.allreduce_s.mean(axis=1)]}
     return DDPValidation(model, workers, batch, threads, host_info, rows, net, timed, compute, optimizer, scale,
-                         iterations, time.monotonic() - t0, plan, measured_ordered, contention)
+                         iterations, time.monotonic() - t0, plan, measured_ordered, contention, ordered_predicted)
 
 
 def _plan(graph, oracle, run, caps, model_bytes, workers):
@@ -240,4 +246,4 @@ def _plan(graph, oracle, run, caps, model_bytes, workers):
                           float(secs[-1]))
     host = HostCosts(optimizer_s_per_byte=optimizer / model_bytes, compute_beside_comm=f, comm_beside_compute=g)
     plan = plan_ddp(graph, times, net, caps=caps, host=host)
-    return plan, (net, compute, optimizer, scale, (f, g))
+    return plan, (net, compute, optimizer, scale, (f, g)), (times, host)

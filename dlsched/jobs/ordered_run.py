@@ -41,11 +41,28 @@ class OrderedJobFailed(DlschedError):
 @dataclass
 class OrderedRun:
     """Per mode, each measured block's period (seconds per step, the slowest rank's); the largest difference
-    between the two replicas' parameters after the run."""
+    between the two replicas' parameters after the run; the median of the ranks' :func:`piece_gap`."""
 
     periods: dict
     max_param_diff: float
     block: int
+    piece_gap_s: float = 0.0
+
+
+def piece_gap(records, pieces) -> float | None:
+    """The communication thread's own time per piece: from one piece's end to the next one's issue, over the
+    pieces whose gradients were all ready before the previous piece ended (so nothing was waited for), the
+    median; ``None`` when no piece qualifies. It is the hand-off, the updates the piece completed and the
+    gather of the next piece (:mod:`dlsched.hooks.ordered_allreduce`)."""
+    names = [{s[0] for s in piece} for piece in pieces]
+    gaps = []
+    for rec in records:
+        for i in range(len(rec.pieces) - 1):
+            done, issued = rec.pieces[i][1], rec.pieces[i + 1][0]
+            ready = [rec.ready_s.get(n) for n in names[i + 1]]
+            if all(t is not None and t <= done for t in ready):
+                gaps.append(issued - done)
+    return float(np.median(gaps)) if gaps else None
 
 
 def run_rank(config: dict, rank: int, init_method: str) -> dict:
@@ -91,7 +108,8 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
         oar.close()
     diff = max(float((a.detach() - b.detach()).abs().max()) for a, b in
                zip(ddp.module.parameters(), plain.parameters()))
-    return {"rank": rank, "starts": starts, "max_param_diff": diff}
+    return {"rank": rank, "starts": starts, "max_param_diff": diff, "piece_gap": piece_gap(oar.records,
+                                                                                            config["pieces"])}
 
 
 def run_ordered(model: str, *, workers: int, batch: int, threads: int, bucket_cap_mb: float | None, pieces,
@@ -115,7 +133,9 @@ def run_ordered(model: str, *, workers: int, batch: int, threads: int, bucket_ca
     for mode in MODES:
         per_rank = np.array([[np.diff(b[1:-1]).mean() for b in res["starts"][mode]] for res in job.results])
         periods[mode] = per_rank.max(axis=0).tolist()
-    return OrderedRun(periods, max(res["max_param_diff"] for res in job.results), block)
+    gaps = [res["piece_gap"] for res in job.results if res.get("piece_gap") is not None]
+    return OrderedRun(periods, max(res["max_param_diff"] for res in job.results), block,
+                      float(np.median(gaps)) if gaps else 0.0)
 
 
 def main(argv=None) -> None:
