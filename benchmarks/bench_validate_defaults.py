@@ -142,8 +142,11 @@ def report(runs: list) -> str:
              "| configuration | run | rate | fitted f | random mean err | TAC mean err | random p95 err | TAC p95 err "
              "| TAC/random measured | predicted | error [95% interval] | verdict |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    discarded = [x for x in runs if x.get("discarded")]
+    runs = [x for x in runs if not x.get("discarded")]
     for part in PARTS:
-        for i, r in enumerate(x for x in runs if x["part"] == part):
+        mine = sorted((x for x in runs if x["part"] == part), key=lambda x: x["hog"])  # quiet runs first
+        for i, r in enumerate(mine):
             o, t = r["orders"]["random"], r["orders"]["tac"]
             ci = t["ratio_error_ci"]
             f = r["compute_beside_transfers"].split(":")[0]
@@ -191,6 +194,11 @@ def report(runs: list) -> str:
                              f"{c['transfers_per_order']:.0f} | {c['mean_spearman']:+.3f} | "
                              f"{c['standard_error']:.3f} | "
                              f"{c['max_place_z']:.2f} (of {c['parameters']}) |")
+    if discarded:
+        lines += ["", "## Discarded runs", "", "Not in the tables above; each was run again:", ""]
+        lines += [f"- {x['part']}{' (hog)' if x['hog'] else ''}, rate {x['rate']}: ratio error "
+                  f"{x['orders']['tac']['ratio_error']:+.3f}, TAC mean {x['orders']['tac']['mean_error']:+.1%}. "
+                  f"{x['discarded']}" for x in discarded]
     return "\n".join(lines) + "\n"
 
 
@@ -207,7 +215,7 @@ def main() -> int:
             return 0
         for part in PARTS if args.part == "all" else [args.part]:
             runs = _load()
-            have = [x for x in runs if x["part"] == part and x["hog"] == args.hog]
+            have = [x for x in runs if x["part"] == part and x["hog"] == args.hog and not x.get("discarded")]
             for _ in range((1 if args.hog else REPEATS) - len(have)):
                 r = one(part, args.hog)
                 runs = _load() + [r]
