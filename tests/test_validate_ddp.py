@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dlsched.analyses.collective_cost import ring_allreduce
-from dlsched.jobs.ddp_caps_run import rotation
 from dlsched.jobs.ddp_validate_run import allreduce_sizes, fit_ring, pick_ddp_rate
+from dlsched.jobs.interleave import rotation
 from dlsched.runtime import netns
 from tests.conftest import assert_clean_error, run_cli
 

@@ -33,9 +33,9 @@ import numpy as np
 
 from dlsched.errors import DlschedError
 from dlsched.runtime import launcher
-from dlsched.runtime.ps_failures import transfer_failure
+from dlsched.runtime.ps_failures import seconds, transfer_failure
 
-from .interleave import balanced_rounds
+from .interleave import rotation
 
 #: the module every rank runs (``python -m ENTRY``)
 ENTRY = "dlsched.jobs.ddp_caps_run"
@@ -77,17 +77,6 @@ def slot_name(cap: float | None) -> str:
     return "default" if cap is None else f"{cap:g}"
 
 
-def rotation(slots: list[str], round_: int) -> list[str]:
-    """The slots in round ``round_``'s order: the balanced rounds of :mod:`.interleave` (a Williams design), so
-    every slot stands in every place and follows every other slot equally often.
-
-    >>> [rotation(["a", "b", "c", "d"], r) for r in range(2)]
-    [['a', 'b', 'd', 'c'], ['b', 'c', 'a', 'd']]
-    """
-    design = balanced_rounds(len(slots))
-    return [slots[i] for i in design[round_ % len(design)]]
-
-
 def _timed_allreduce(dist, torch, nbytes: int) -> float:
     t = torch.zeros(max(1, nbytes // 4))
     runs = []
@@ -103,9 +92,8 @@ class _Beside:
     """An all-reduce of ``nbytes`` in a second thread, on a gloo group of its own, while backward runs."""
 
     def __init__(self, dist, torch, nbytes: int, timeout: float):
-        from datetime import timedelta
         self.dist, self.buf = dist, torch.zeros(max(1, nbytes // 4))
-        self.group = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout))
+        self.group = dist.new_group(backend="gloo", timeout=seconds(timeout))
         self.timeout, self.thread, self.end, self.error = timeout, None, None, None
 
     def _run(self) -> None:

@@ -52,11 +52,20 @@ def balanced_rounds(n: int) -> list[list[int]]:
     return rounds if n % 2 == 0 or n == 1 else rounds + [r[::-1] for r in rounds]
 
 
+def rotation(slots: list, round_: int) -> list:
+    """The slots in round ``round_``'s order: the balanced rounds, cycled.
+
+    >>> [rotation(["a", "b", "c", "d"], r) for r in range(2)]
+    [['a', 'b', 'd', 'c'], ['b', 'c', 'a', 'd']]
+    """
+    design = balanced_rounds(len(slots))
+    return [slots[i] for i in design[round_ % len(design)]]
+
+
 def slot_schedule(slots: list, rounds: int) -> list:
-    """The slot of each iteration of ``rounds`` rounds: the balanced rounds, cycled.
+    """The slot of each iteration of ``rounds`` rounds (:func:`rotation`, one round after another).
 
     >>> slot_schedule(["a", "b"], 3)
     ['a', 'b', 'b', 'a', 'a', 'b']
     """
-    design = balanced_rounds(len(slots))
-    return [slots[i] for r in range(rounds) for i in design[r % len(design)]]
+    return [s for r in range(rounds) for s in rotation(slots, r)]
