@@ -67,6 +67,7 @@ from typing import Callable, Mapping, Sequence
 
 from dlsched.errors import DlschedError
 
+from dlsched.runtime.gloo_release import let_go
 from dlsched.runtime.ps_failures import seconds, transfer_failure
 
 #: Extra seconds a training-thread wait grants beyond ``timeout``, so that gloo's own timeout,
@@ -438,6 +439,7 @@ class OrderedAllreduce:
         self._handles.clear()
         if self.error is None:  # a failed collective may still block in gloo; the thread is a daemon
             self._thread.join(self.timeout + MARGIN_S)
+            let_go(self._buffers, MARGIN_S)  # else the process may abort or hang as it ends (gloo_release)
 
     def __enter__(self):
         return self
