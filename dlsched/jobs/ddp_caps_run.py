@@ -33,6 +33,7 @@ import numpy as np
 
 from dlsched.errors import DlschedError
 from dlsched.runtime import launcher
+from dlsched.runtime.gloo_release import let_go
 from dlsched.runtime.ps_failures import seconds, transfer_failure
 
 from .interleave import rotation
@@ -116,6 +117,7 @@ class _Beside:
             raise self.error
         if self.end is None:
             raise TimeoutError(f"the all-reduce beside backward did not end within {self.timeout:g} s")
+        let_go([self.buf], self.timeout)  # before the rank may end (runtime/gloo_release)
         return self.end
 
 
