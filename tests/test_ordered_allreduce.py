@@ -101,12 +101,16 @@ def test_records_hold_each_piece_in_order_and_each_update(equal_job):
             for s in recs:
                 assert len(s["pieces"]) == len(pieces) and sorted(s["updated_s"]) == sorted(names)
                 assert sorted(s["ready_s"]) == sorted(names)
-                done = 0.0
-                for i, (issued, completed) in enumerate(s["pieces"]):
-                    # one collective at a time, each after its gradients were ready
-                    assert done <= issued <= completed, (name, s["step"], i)
+                ps = s["pieces"]
+                for i, (issued, completed) in enumerate(ps):
+                    # issued in order, each after its gradients were ready, landed in order; at most two in
+                    # flight: a ready piece is issued before the one in flight is landed
+                    assert issued <= completed, (name, s["step"], i)
                     assert all(s["ready_s"][n] <= issued for n, _, _ in pieces[i])
-                    done = completed
+                    if i:
+                        assert ps[i - 1][0] <= issued and ps[i - 1][1] <= completed, (name, s["step"], i)
+                    if i > 1:
+                        assert ps[i - 2][1] <= issued, (name, s["step"], i)
                 assert 0 <= s["first_layer_s"] and s["backward_end_s"] >= max(s["ready_s"].values())
                 # a parameter is updated after its last piece completed
                 last = {n: s["pieces"][i][1] for i, pc in enumerate(pieces) for n, _, _ in pc}

@@ -479,10 +479,19 @@ class OrderedAllreduce:
             step = 0
             while True:
                 left = dict(self._count)
+                pending = None  # the piece in flight, finished once the next one is issued
                 for i, piece in enumerate(self.pieces):
+                    if pending is not None and not self._is_ready(piece, step):
+                        self._finish(*pending, left)  # nothing to issue yet: land the one in flight now
+                        pending = None
                     if not self._wait_ready(piece, step):
                         return
-                    self._reduce(i, piece, step, left)
+                    issued = self._issue(i, piece, step)
+                    if pending is not None:  # the link is busy with piece i while piece i-1 is landed
+                        self._finish(*pending, left)
+                    pending = issued
+                if pending is not None:
+                    self._finish(*pending, left)
                 step += 1
         except DlschedError as e:
             err = e
@@ -492,6 +501,10 @@ class OrderedAllreduce:
             if self.error is None:
                 self.error = err
             self._cond.notify_all()
+
+    def _is_ready(self, piece, step: int) -> bool:
+        with self._cond:
+            return all(self.ready[n] > step for n, _, _ in piece)
 
     def _wait_ready(self, piece, step: int) -> bool:
         """Wait (without deadline: the training thread may be busy elsewhere) for the piece's gradients."""
@@ -513,8 +526,8 @@ class OrderedAllreduce:
             p.grad = g = g.contiguous()
         return g.view(-1)
 
-    def _reduce(self, i: int, piece, step: int, left: dict) -> None:
-        import torch
+    def _issue(self, i: int, piece, step: int) -> tuple:
+        """Gather piece ``i`` into its buffer and start its all-reduce: ``(i, piece, step, work, issued)``."""
         import torch.distributed as dist
         buf = self._buffers[i]
         off = 0
@@ -523,10 +536,21 @@ class OrderedAllreduce:
             off += b - a
         issued = time.perf_counter()
         try:
-            dist.all_reduce(buf, group=self.group, async_op=True).wait(seconds(self.timeout))
+            work = dist.all_reduce(buf, group=self.group, async_op=True)
+        except Exception as e:
+            raise _failure(f"rank {self.rank}: the all-reduce of piece {i} of {len(self.pieces)} in step {step} "
+                           "could not be started", e) from None
+        return i, piece, step, work, issued
+
+    def _finish(self, i: int, piece, step: int, work, issued: float, left: dict) -> None:
+        """Wait (bounded) for piece ``i``'s all-reduce, scatter the mean back, update each parameter it completes."""
+        import torch
+        try:
+            work.wait(seconds(self.timeout))
         except Exception as e:
             raise _failure(f"rank {self.rank}: the all-reduce of piece {i} of {len(self.pieces)} in step "
-                                   f"{step} failed or timed out after {self.timeout:g} s", e) from None
+                           f"{step} failed or timed out after {self.timeout:g} s", e) from None
+        buf = self._buffers[i]
         buf.div_(self.world)
         off = 0
         for name, a, b in piece:

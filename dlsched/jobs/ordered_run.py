@@ -50,10 +50,11 @@ class OrderedRun:
 
 
 def piece_gap(records, pieces) -> float | None:
-    """The communication thread's own time per piece: from one piece's end to the next one's issue, over the
-    pieces whose gradients were all ready before the previous piece ended (so nothing was waited for), the
-    median; ``None`` when no piece qualifies. It is the hand-off, the updates the piece completed and the
-    gather of the next piece (:mod:`dlsched.hooks.ordered_allreduce`)."""
+    """The link's idle time per piece that the communication thread causes: from one piece's end to the next
+    one's issue (0 when the next was issued first), over the pieces whose gradients were all ready before the
+    previous piece ended (so nothing was waited for), the median; ``None`` when no piece qualifies. The hook
+    issues a ready piece before it lands the one in flight (:mod:`dlsched.hooks.ordered_allreduce`), so this
+    is 0 unless gathering the next piece outlasts the previous one's transfer."""
     names = [{s[0] for s in piece} for piece in pieces]
     gaps = []
     for rec in records:
@@ -61,7 +62,7 @@ def piece_gap(records, pieces) -> float | None:
             done, issued = rec.pieces[i][1], rec.pieces[i + 1][0]
             ready = [rec.ready_s.get(n) for n in names[i + 1]]
             if all(t is not None and t <= done for t in ready):
-                gaps.append(issued - done)
+                gaps.append(max(0.0, issued - done))
     return float(np.median(gaps)) if gaps else None
 
 
