@@ -247,3 +247,6 @@ def test_piece_gap_counts_only_pieces_that_waited_for_nothing():
     assert piece_gap([rec], pieces) == pytest.approx(0.003)  # d was ready only at 2.2: a wait, not counted
     assert piece_gap([StepRecord(0, ready_s={"a": 0.0, "b": 5.0}, pieces=[[0.0, 1.0], [5.0, 6.0]])],
                      pieces[:2]) is None
+    # the hook issues a ready piece before it lands the one in flight: the link did not idle
+    assert piece_gap([StepRecord(0, ready_s={"a": 0.0, "b": 0.1}, pieces=[[0.0, 1.0], [0.2, 1.5]])],
+                     pieces[:2]) == 0.0
