@@ -5,11 +5,13 @@ thread that ran it drops that hold a moment after ``work.wait()`` returns,
 and when it is the last C++ holder of a tensor made in Python, dropping it
 takes the GIL (the tensor's Python object is released with it). If the
 process is already finalizing, the worker cannot take the GIL and the
-process aborts ("terminate called without an active exception"); if the main
-thread is tearing the process group down, it joins that worker while holding
-the GIL, and hangs. Both happened to the ordered all-reduce under torchrun,
-about once in 40 runs on a loaded 2-core machine (pytorch PR #179291 names
-the same race). So a hook that ran collectives on tensors of its own waits,
+process aborts ("terminate called without an active exception"): the
+ordered all-reduce under torchrun did, about once in 40 runs on a loaded
+2-core machine (a core dump put the worker in ``~AsyncWork``, waiting for the
+GIL; pytorch PR #179291 names the same race). Where the main thread instead
+tears the process group down, it joins that worker while holding the GIL,
+which would hang (a likely cause of the same test's one hang at exit, not
+reproduced). So a hook that ran collectives on tensors of its own waits,
 with the GIL released, until their only holder is Python again.
 """
 from __future__ import annotations
