@@ -481,7 +481,9 @@ class OrderedAllreduce:
                 left = dict(self._count)
                 pending = None  # the piece in flight, finished once the next one is issued
                 for i, piece in enumerate(self.pieces):
-                    if pending is not None and not self._is_ready(piece, step):
+                    with self._cond:
+                        idle = pending is not None and not self._is_ready(piece, step)
+                    if idle:
                         self._finish(*pending, left)  # nothing to issue yet: land the one in flight now
                         pending = None
                     if not self._wait_ready(piece, step):
@@ -503,13 +505,13 @@ class OrderedAllreduce:
             self._cond.notify_all()
 
     def _is_ready(self, piece, step: int) -> bool:
-        with self._cond:
-            return all(self.ready[n] > step for n, _, _ in piece)
+        """Whether step ``step``'s gradients of the piece are all ready (under the lock)."""
+        return all(self.ready[n] > step for n, _, _ in piece)
 
     def _wait_ready(self, piece, step: int) -> bool:
         """Wait (without deadline: the training thread may be busy elsewhere) for the piece's gradients."""
         with self._cond:
-            while not all(self.ready[n] > step for n, _, _ in piece):
+            while not self._is_ready(piece, step):
                 if self.error is not None or self._closing:
                     return False
                 self._cond.wait(0.5)

@@ -117,7 +117,6 @@ class _Beside:
             raise self.error
         if self.end is None:
             raise TimeoutError(f"the all-reduce beside backward did not end within {self.timeout:g} s")
-        let_go([self.buf], self.timeout)  # before the rank may end (runtime/gloo_release)
         return self.end
 
 
@@ -184,6 +183,7 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
                 if r >= config["warmup"]:
                     records[slot].append((t1 - t0, t2 - t1, t2 - t0, tf - t0, comm))
         dist.barrier()
+        let_go([beside.buf], config["timeout"])  # before the rank may end (runtime/gloo_release)
     except DlschedError:
         raise
     except Exception as e:
