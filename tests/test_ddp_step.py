@@ -174,12 +174,12 @@ def test_the_contention_loop_without_contention_is_the_plain_schedule(gt, net, c
     g, t = gt
     buckets = ddp_buckets_of(g, cap, times=t)
     plain = ddp_step(g, t, buckets, net)
-    real_run = ds._Dag.run
+    real_run = ds.LaneDag.run
     try:
-        ds._Dag.run = lambda self, slow=(1.0, 1.0): self._run_shared(slow)
+        ds.LaneDag.run = lambda self, slow=(1.0, 1.0): self._run_shared(slow)
         shared = ddp_step(g, t, buckets, net)
     finally:
-        ds._Dag.run = real_run
+        ds.LaneDag.run = real_run
     assert shared.step_s == pytest.approx(plain.step_s, rel=1e-9, abs=TOL)
     for a, b in zip(plain.transfers, shared.transfers):
         assert (a.start, a.end) == pytest.approx((b.start, b.end), rel=1e-9, abs=TOL)

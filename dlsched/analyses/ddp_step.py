@@ -4,7 +4,8 @@ Resources (TicTac §3.1): one **compute** resource that runs forward,
 backward and everything the process's own thread does, and one **link** that
 runs one all-reduce at a time. Each runs one op at a time, never preempts and
 never idles while it has a ready op; the compute resource takes ready ops
-first-ready-first (hooks before graph ops, then canonical order, on ties).
+first-ready-first (hooks before graph ops, then canonical order, on ties):
+:class:`.two_lanes.LaneDag`.
 
 **Stock DDP** (:func:`ddp_step`). Forward and backward run as the DAG says.
 Bucket ``b`` (:func:`.ddp_buckets.ddp_buckets_of`, launch order) is ready
@@ -63,7 +64,6 @@ True
 """
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
@@ -74,6 +74,7 @@ from .allreduce_order import Piece, param_elements
 from .collective_cost import allreduce_cost, check_network
 from .ddp_buckets import DDPBucket
 from .properties import check_times
+from .two_lanes import COMPUTE_LANE, INSTANT, LINK_LANE, LaneDag
 
 #: Iterations unrolled for the ordered all-reduce; the step is the mean period over the two before the last
 #: (the last has no next forward to compete with its updates).
@@ -85,7 +86,6 @@ SGD_BYTES_MOVED = 3
 #: The largest contention slow-down accepted (:class:`HostCosts`).
 MAX_SLOWDOWN = 4.0
 
-_COMPUTE, _LINK, _INSTANT = 0, 1, -1
 
 
 @dataclass(frozen=True)
@@ -195,129 +195,6 @@ class StepResult:
                 "E": self.efficiency, "S": self.speedup_bound, "allreduces": len(self.transfers)}
 
 
-class _Dag:
-    """An unrolled step: nodes on the compute resource, the link, or instant; run by :meth:`run`."""
-
-    def __init__(self):
-        self.dur: list[float] = []
-        self.lane: list[int] = []
-        self.cls: list[int] = []
-        self.succ: list[list[int]] = []
-        self.indeg: list[int] = []
-
-    def add(self, dur: float, lane: int, preds: Sequence[int] = (), hook: bool = False) -> int:
-        i = len(self.dur)
-        self.dur.append(float(dur))
-        self.lane.append(lane)
-        self.cls.append(0 if hook else 1)
-        self.succ.append([])
-        self.indeg.append(0)
-        for p in preds:
-            self.edge(p, i)
-        return i
-
-    def edge(self, u: int, v: int) -> None:
-        self.succ[u].append(v)
-        self.indeg[v] += 1
-
-    def run(self, slow: tuple[float, float] = (1.0, 1.0)) -> tuple[list[float], list[float], list[float]]:
-        """(ready, start, end) of every node: the non-idling list schedule of the module docstring.
-
-        ``slow``: (compute beside the link, link beside compute) of :class:`HostCosts`; with contention each
-        running node advances at ``1/slow`` of its rate while the other lane is busy too."""
-        if slow != (1.0, 1.0):
-            return self._run_shared(slow)
-        st = _Schedule(self)
-        busy = {_COMPUTE: False, _LINK: False}
-        events: list[tuple[float, int]] = []
-        now = 0.0
-        while st.done < len(self.dur):
-            for lane, q in st.queues.items():
-                if not busy[lane] and q:
-                    _, _, i = heapq.heappop(q)
-                    st.start[i] = max(now, st.ready[i])
-                    st.end[i] = st.start[i] + self.dur[i]
-                    busy[lane] = True
-                    heapq.heappush(events, (st.end[i], i))
-            if not events:
-                raise DlschedError("the step's unrolled DAG has a cycle")  # cannot happen: built acyclic
-            now = events[0][0]
-            freed: list[int] = []
-            while events and events[0][0] <= now:
-                _, i = heapq.heappop(events)
-                busy[self.lane[i]] = False
-                st.done += 1
-                freed.extend(st.release(i))
-            st.settle(freed[::-1])
-        return st.ready, st.start, st.end
-
-    def _run_shared(self, slow: tuple[float, float]) -> tuple[list[float], list[float], list[float]]:
-        """:meth:`run` with the lanes slowing each other: a node's work is its duration alone; while both
-        lanes run, the compute node does ``1/slow[0]`` of a second's work per second, the link ``1/slow[1]``."""
-        st = _Schedule(self)
-        running: dict[int, list] = {}  # lane -> [node, work left]
-        now = 0.0
-        while st.done < len(self.dur):
-            for lane, q in st.queues.items():
-                if lane not in running and q:  # queued nodes are ready: their predecessors are done
-                    _, _, i = heapq.heappop(q)
-                    st.start[i] = now
-                    running[lane] = [i, self.dur[i]]
-            if not running:
-                raise DlschedError("the step's unrolled DAG has a cycle")  # cannot happen: built acyclic
-            both = len(running) == 2
-            rate = {lane: 1.0 / (slow[0 if lane == _COMPUTE else 1] if both else 1.0) for lane in running}
-            step = min(left / rate[lane] for lane, (_, left) in running.items())
-            now += step
-            freed: list[int] = []
-            for lane in list(running):
-                i, left = running[lane]
-                left -= step * rate[lane]
-                if left <= 1e-12 * max(1.0, self.dur[i]):
-                    st.end[i] = now
-                    del running[lane]
-                    st.done += 1
-                    freed.extend(st.release(i))
-                else:
-                    running[lane][1] = left
-            st.settle(freed[::-1])
-        return st.ready, st.start, st.end
-
-
-class _Schedule:
-    """The bookkeeping both event loops of :class:`_Dag` share: times, in-degrees, the lanes' ready queues."""
-
-    def __init__(self, dag: _Dag):
-        n = len(dag.dur)
-        self.dag, self.indeg = dag, list(dag.indeg)
-        self.ready, self.start, self.end = [0.0] * n, [0.0] * n, [0.0] * n
-        self.queues: dict[int, list] = {_COMPUTE: [], _LINK: []}
-        self.done = 0
-        self.settle([i for i in range(n) if self.indeg[i] == 0][::-1])
-
-    def release(self, u: int) -> list[int]:
-        """``u`` ended: its successors' ready times, and those now free of predecessors."""
-        free = []
-        for v in self.dag.succ[u]:
-            self.ready[v] = max(self.ready[v], self.end[u])
-            self.indeg[v] -= 1
-            if self.indeg[v] == 0:
-                free.append(v)
-        return free
-
-    def settle(self, stack: list[int]) -> None:
-        """Queue the nodes whose predecessors are all done; instant ones end at once."""
-        dag = self.dag
-        while stack:
-            u = stack.pop()
-            if dag.lane[u] != _INSTANT:
-                heapq.heappush(self.queues[dag.lane[u]], (self.ready[u], dag.cls[u], u))
-                continue
-            self.start[u] = self.end[u] = self.ready[u]
-            self.done += 1
-            stack.extend(self.release(u))
-
-
 def _check(graph: Graph, times: Mapping[str, float], network: Network, host: HostCosts) -> list:
     if not graph.sends():
         raise DlschedError(f"{graph.name} has no gradients to all-reduce: it is an inference graph; load it "
@@ -331,7 +208,7 @@ def _check(graph: Graph, times: Mapping[str, float], network: Network, host: Hos
     return compute
 
 
-def _iteration(dag: _Dag, graph: Graph, times: Mapping[str, float], begin: int,
+def _iteration(dag: LaneDag, graph: Graph, times: Mapping[str, float], begin: int,
                released: Mapping[str, int]) -> tuple[dict[str, int], list[int]]:
     """Add one iteration's forward and backward: node of every op by name, and the compute nodes.
 
@@ -341,12 +218,12 @@ def _iteration(dag: _Dag, graph: Graph, times: Mapping[str, float], begin: int,
     for op in graph.topological_order():
         preds = [node[p] for p in graph.predecessors(op.name)]
         if op.kind == COMPUTE:
-            node[op.name] = dag.add(float(times[op.name]), _COMPUTE, preds or [begin])
+            node[op.name] = dag.add(float(times[op.name]), COMPUTE_LANE, preds or [begin])
             compute.append(node[op.name])
         elif op.kind == RECV:
-            node[op.name] = dag.add(0.0, _INSTANT, [begin] + ([released[op.name]] if op.name in released else []))
+            node[op.name] = dag.add(0.0, INSTANT, [begin] + ([released[op.name]] if op.name in released else []))
         else:
-            node[op.name] = dag.add(0.0, _INSTANT, preds or [begin])
+            node[op.name] = dag.add(0.0, INSTANT, preds or [begin])
     return node, compute
 
 
@@ -371,8 +248,8 @@ def ddp_step(graph: Graph, times: Mapping[str, float], buckets: Sequence[DDPBuck
     named = [p for b in buckets for p in b.params]
     if sorted(named) != sorted(sends):
         raise DlschedError(f"the buckets do not hold each of {graph.name}'s {len(sends)} gradients exactly once")
-    dag = _Dag()
-    begin = dag.add(0.0, _INSTANT)
+    dag = LaneDag()
+    begin = dag.add(0.0, INSTANT)
     node, compute = _iteration(dag, graph, times, begin, {})
     grad = _grad_node(graph, node)
     model_bytes = sum(s.bytes for s in sends.values())
@@ -380,16 +257,16 @@ def ddp_step(graph: Graph, times: Mapping[str, float], buckets: Sequence[DDPBuck
     if not gradient_as_bucket_view:  # the autograd hook copies each gradient into its bucket
         for p in named:
             secs = sends[p].bytes / host.copy_bandwidth
-            grad[p] = dag.add(secs, _COMPUTE, [grad[p]], hook=True)
+            grad[p] = dag.add(secs, COMPUTE_LANE, [grad[p]], hook=True)
             copy_s += 2 * secs  # in, and back out in finalize
-    backward_done = dag.add(0.0, _INSTANT, compute)
+    backward_done = dag.add(0.0, INSTANT, compute)
     links, prev = [], None
     for b in buckets:
-        links.append(dag.add(network.cost(b.bytes), _LINK, [grad[p] for p in b.params] + ([prev] if prev is not None
+        links.append(dag.add(network.cost(b.bytes), LINK_LANE, [grad[p] for p in b.params] + ([prev] if prev is not None
                                                                                           else [])))
         prev = links[-1]
     opt_s = host.optimizer_s(model_bytes)
-    finalize = dag.add((0.0 if gradient_as_bucket_view else model_bytes / host.copy_bandwidth) + opt_s, _COMPUTE,
+    finalize = dag.add((0.0 if gradient_as_bucket_view else model_bytes / host.copy_bandwidth) + opt_s, COMPUTE_LANE,
                        [backward_done, prev], hook=True)
     ready, start, end = dag.run((host.compute_beside_comm, host.comm_beside_compute))
     transfers = tuple(Transfer(max(end[grad[p]] for p in b.params), start[i], end[i], int(b.bytes))
@@ -420,8 +297,8 @@ def ordered_step(graph: Graph, times: Mapping[str, float], pieces: Sequence[Piec
     for p, i in last_piece.items():
         completes.setdefault(i, []).append(p)
     model_bytes = sum(s.bytes for s in sends.values())
-    dag = _Dag()
-    begin = dag.add(0.0, _INSTANT)
+    dag = LaneDag()
+    begin = dag.add(0.0, INSTANT)
     released: dict[str, int] = {}
     prev_link, marks, firsts, link_nodes = None, [], [], []
     for _ in range(iterations):
@@ -430,17 +307,17 @@ def ordered_step(graph: Graph, times: Mapping[str, float], pieces: Sequence[Piec
         links, updates = [], []
         for i, piece in enumerate(pieces):
             preds = [grad[p] for p in piece.params] + ([prev_link] if prev_link is not None else [])
-            prev_link = dag.add(host.per_piece_s + network.cost(piece.bytes), _LINK, preds)
+            prev_link = dag.add(host.per_piece_s + network.cost(piece.bytes), LINK_LANE, preds)
             links.append(prev_link)
         released = {}
         for i, params in completes.items():
-            u = dag.add(host.optimizer_s(sum(sends[p].bytes for p in params)), _COMPUTE, [links[i]], hook=True)
+            u = dag.add(host.optimizer_s(sum(sends[p].bytes for p in params)), COMPUTE_LANE, [links[i]], hook=True)
             updates.append(u)
             released.update({p: u for p in params})
         firsts.append(begin)
-        marks.append(dag.add(0.0, _INSTANT, compute + updates))
+        marks.append(dag.add(0.0, INSTANT, compute + updates))
         link_nodes.append(links)
-        begin = dag.add(0.0, _INSTANT, compute)  # backward() returns: the next forward may start
+        begin = dag.add(0.0, INSTANT, compute)  # backward() returns: the next forward may start
     ready, start, end = dag.run((host.compute_beside_comm, host.comm_beside_compute))
     k = iterations - 3
     period = (end[marks[-2]] - end[marks[-4]]) / 2
