@@ -7,6 +7,7 @@ seconds, bandwidth β in bytes/s). Over ``P`` processes:
   ``n/P`` chunk per round): ``2(P−1)·α + 2(P−1)/P · n/β``;
 - recursive doubling (eager-SGD's fflib2, ``⌈log2 P⌉`` rounds of the whole
   message): ``⌈log2 P⌉·(α + n/β)``;
+- ring all-gather or reduce-scatter (FSDP): ``(P−1)·α + (P−1)/P · n/β``;
 - the activation of a solo or majority collective, a tiny message spread
   along binomial trees from the initiator: ``⌈log2 P⌉·α`` (eager-SGD §4.1.1).
 
@@ -41,6 +42,17 @@ def ring_allreduce(processes: int, nbytes: float, alpha: float, beta: float) -> 
     """Ring all-reduce: ``2(P−1)·α + 2(P−1)/P · n/β`` seconds."""
     P = processes
     return round(2 * (P - 1) * alpha + 2 * (P - 1) / P * nbytes / beta, 15)
+
+
+def ring_all_gather(processes: int, nbytes: float, alpha: float, beta: float) -> float:
+    """Ring all-gather (or reduce-scatter) of ``n`` bytes in all: ``(P−1)·α + (P−1)/P · n/β`` seconds, half a
+    ring all-reduce (FSDP's collectives, issue 30).
+
+    >>> ring_all_gather(4, 1e6, alpha=1e-5, beta=1e9)  # 3α + 0.75 ms
+    0.00078
+    """
+    P = processes
+    return round((P - 1) * alpha + (P - 1) / P * nbytes / beta, 15)
 
 
 def recursive_doubling_allreduce(processes: int, nbytes: float, alpha: float, beta: float) -> float:
