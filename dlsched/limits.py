@@ -102,6 +102,9 @@ REAL_STEPS = Budget("rank-steps", 200_000, "--iterations, --processes / --worker
 #: size's unrolled iterations with their pieces); the examples take well under 100,000.
 PLAN_DDP = Budget("simulated op-steps", 10_000_000,
                   "the number of --caps and --piece-bytes values, or the number of pieces (a larger --piece-bytes)")
+#: ``plan-fsdp``: one simulated FSDP2 step is one pass over the graph's ops; the planner tries a few unit
+#: granularities × (units + 1) reshard choices × 5 prefetch schedules (the examples: under 2 M).
+PLAN_FSDP = Budget("simulated op-steps", 20_000_000, "--units (fewer granularities), or a smaller model")
 #: ``replay-batch``: one worker's step under one policy is a worker-step; the replay keeps a row of each
 #: (~1 kB), so 10 M are about 10 GB at most and a few minutes (``make demo``: 4 × 300 × 4 = 4,800).
 REPLAY = Budget("replayed worker-steps", 10_000_000, "--iterations, --workers or --policy")
@@ -255,6 +258,19 @@ def ddp_plan_work(ops: int, caps: int, pieces: Sequence[int], iterations: int) -
     return Work(amount, f"{_n(ops)} ops × {plural(caps + 2, 'step')} + {plural(iterations, 'iteration')} × "
                         f"(ops + pieces) for {plural(len(pieces), 'piece size')}, up to {_n(max(pieces, default=0))} "
                         "pieces each")
+
+
+def fsdp_plan_work(ops: int, unit_counts: Sequence[int], schedules: int) -> Work:
+    """Op-steps of ``plan-fsdp`` (:data:`PLAN_FSDP`): ``ops`` per simulated step, ``(k + 1) × schedules`` steps
+    for a granularity of ``k`` units.
+
+    >>> fsdp_plan_work(100, [4, 12], 5).amount
+    9000
+    """
+    steps = sum((k + 1) * schedules for k in unit_counts)
+    grains = f"{len(unit_counts)} unit granularit{'y' if len(unit_counts) == 1 else 'ies'}"
+    return Work(ops * steps, f"{_n(ops)} ops × {plural(steps, 'simulated step')} ({grains}, up to "
+                             f"{_n(max(unit_counts, default=0))} units)")
 
 
 def table_work(rows: int) -> Work:

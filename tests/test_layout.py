@@ -21,7 +21,7 @@ MAX_COMMAND_LINES = 120
 # What a training script imports: the PS hook and its two sides, the TF hook, the partial collectives,
 # the ordered all-reduce, the DDP plan's keywords.
 HOOKS = {"__init__.py", "torch_ps.py", "ps_worker.py", "ps_server.py", "tf_order.py", "partial_allreduce.py",
-         "ordered_allreduce.py", "ddp_plan.py"}
+         "ordered_allreduce.py", "ddp_plan.py", "fsdp.py"}
 
 
 def _imported_modules(path: Path) -> set[str]:

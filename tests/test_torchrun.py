@@ -309,3 +309,47 @@ def test_killing_one_machine_ends_the_other_with_the_hooks_error(script, dead, t
     assert re.search(r"exitcode\s*:\s*2\b", text), text[-3000:]
     assert took < 2 * TIMEOUT + 30
     (tmp_path.parent / f"kill-test-{script}-survivor-{dead}.log").write_text(f"ended {took:.1f} s after the kill\n{text}")
+
+
+# -- the FSDP plan -----------------------------------------------------------------------------------
+
+def _toy_plan(path, **change):
+    from dlsched.formats.fsdp_plan_file import FsdpPlan, write_fsdp_plan
+    from dlsched.hooks.fsdp import module_fingerprint
+    plan = FsdpPlan("toy", module_fingerprint(_toy().toy_model()[0]), 2, [("0", True), ("2", False)],
+                    {"0": ["2"]}, {"2": ["0"]}, True)
+    for k, v in change.items():
+        setattr(plan, k, v)
+    write_fsdp_plan(plan, path)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("with_plan", [True, False], ids=["plan", "fsdp-default"])
+def test_fsdp_with_and_without_a_plan_equals_the_reference(with_plan, tmp_path):
+    """torchrun --standalone --nproc-per-node 2: fully_shard as the plan says (two units, one kept unsharded,
+    prefetch both ways, async all-gathers) and FSDP2's default both equal single-process SGD after 5 steps."""
+    import torch
+    out = tmp_path / "params.pt"
+    _toy_plan(tmp_path / "plan.json")
+    extra = ["--plan", str(tmp_path / "plan.json")] if with_plan else []
+    proc = _start(_torchrun("--standalone", "--nproc-per-node", "2", str(EXAMPLES / "fsdp_train.py"),
+                            "--out", str(out), *extra), tmp_path / "log", _env())
+    rc, = _finish([proc], 180, [tmp_path / "log"])
+    assert rc == 0, (tmp_path / "log").read_text(errors="replace")[-3000:]
+    _assert_close(torch.load(out), _toy().reference(STEPS, 2, BATCH, LR))
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"fingerprint": "0123456789abcdef"}, "was made for model 'toy' (parameters 0123456789abcdef), but this "
+                                          "model's parameters are"),
+    ({"units": [("0", True), ("3", True)]}, "names module the model does not have: '3'"),
+    ({"forward_prefetch": {"0": ["1"]}}, "which the plan does not make units"),
+], ids=["another-model", "no-such-module", "not-a-unit"])
+def test_a_plan_that_does_not_fit_is_refused_before_sharding(change, needle, tmp_path):
+    from dlsched.hooks.fsdp import FsdpPlanError, apply_plan
+    _toy_plan(tmp_path / "plan.json", **change)
+    model = _toy().toy_model()[0]
+    with pytest.raises(FsdpPlanError) as e:
+        apply_plan(model, tmp_path / "plan.json")
+    assert needle in str(e.value)
+    assert not any(type(m).__name__.startswith("FSDP") for m in model.modules())  # nothing was sharded

@@ -75,7 +75,7 @@ def plan_ddp(model: ModelSpec, oracle: OracleSpec, link: Link, sweep: Sweep = Sw
     if model.mode is None and not str(model.path).endswith(".dag.json"):
         model = replace(model, mode="training")
     graph, times = load_timed_model(model, oracle)
-    alpha, beta, source = _network(graph, times, link)
+    alpha, beta, source = network_of(graph, times, link)
     network = Network(alpha, beta, link.workers, link.algorithm)
     plan = make_plan(graph, times, network, sweep.caps, sweep.piece_bytes,
                      HostCosts(sweep.copy_bandwidth, sweep.optimizer_s_per_byte), sweep.priority, max_work)
@@ -84,7 +84,16 @@ def plan_ddp(model: ModelSpec, oracle: OracleSpec, link: Link, sweep: Sweep = Sw
     return _report(graph.name, plan, source, write_order)
 
 
-def _network(graph, times, link: Link) -> tuple[float, float, str]:
+def network_of(graph, times, link: Link) -> tuple[float, float, str]:
+    """α, β and where they came from: measured, given, or fitted to the oracle's transfers (what is not given).
+
+    Raises
+    ------
+    DlschedError
+        Both a measurement and given figures; a failed measurement.
+    """
+    if link.measure and (link.bandwidth is not None or link.latency is not None):
+        raise DlschedError("give either --measure-network or --bandwidth/--latency, not both")
     if link.measure:
         from dlsched.profiling.network import measure_local
 

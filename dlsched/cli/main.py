@@ -30,6 +30,7 @@ COMMANDS = {
     "plan-batch": ("dlsched.cli.plan_batch_cmd", "plan_batch", "Memory-bounded batch plans, per worker."),
     "replay-batch": ("dlsched.cli.batch_policy_cmd", "replay_batch", "Replay a speed trace against batch policies."),
     "plan-ddp": ("dlsched.cli.plan_ddp_cmd", "plan_ddp", "DDP's bucket_cap_mb for a model; does ordering pay."),
+    "plan-fsdp": ("dlsched.cli.plan_fsdp_cmd", "plan_fsdp", "FSDP2 units, reshards and prefetch under a memory budget."),
     "plan-cluster": ("dlsched.cli.plan_cluster_cmd", "plan_cluster", "Devices and parameter servers for a target."),
     "snapshot": ("dlsched.cli.check_cmd", "snapshot", "Record a CI baseline of a model's figures."),
     "check": ("dlsched.cli.check_cmd", "check", "Compare a model against a CI baseline."),
