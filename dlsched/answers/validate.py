@@ -26,12 +26,14 @@ from typing import Callable
 from dlsched.analyses.links import DEFAULT_SHARING
 from dlsched.analyses.multiworker_bounds import multiworker_bounds, rate, rate_ops
 from dlsched.analyses.validate import (RATIO_LEVEL, RATIO_RESAMPLES, RATIO_TARGET, add_ratio_intervals,
-                                       add_throughput_ratios, compare_order, fit_line, iteration_stats)
+                                       add_throughput_ratios, compare_order, fit_line, iteration_stats,
+                                       relative_error)
 from dlsched.atomic import check_writable
 from dlsched.errors import DlschedError
 from dlsched.formats.chrome_trace import write_chrome_trace
 from dlsched.formats.validate_plot import write_validate_plot
 from dlsched.jobs.ddp_validate_run import DDPValidation, run_ddp_validation
+from dlsched.jobs.fsdp_validate_run import FsdpValidation, run_fsdp_validation
 from dlsched.jobs.validate_run import ORDERS, Validation, run_validation
 from dlsched.machine import cpu_model, load_average
 
@@ -69,6 +71,9 @@ class Schedule:
     #: ``None``: 1 MiB up to the whole model), DDP's default always among them
     dp: str = "ps"
     caps: tuple[float, ...] | None = None
+    #: ``fsdp``: FSDP2's default against plan-fsdp's plan under this budget per process (bytes) and these units
+    memory_bytes: float | None = None
+    units: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -109,6 +114,8 @@ def validate(workload: Workload, cluster: Cluster = Cluster(), schedule: Schedul
     """
     if schedule.dp == "ddp":
         return validate_ddp(workload, cluster, schedule, outputs, max_work, say)
+    if schedule.dp == "fsdp":
+        return validate_fsdp(workload, cluster, schedule, outputs, max_work, say)
     check_writable(Path(outputs.trace_out) / "validate.trace.json" if outputs.trace_out else None)
     check_writable(outputs.plot)  # before any process starts, not after the run
     v = run_validation(workload.model, workers=cluster.workers, servers=cluster.servers, rate=cluster.rate,
@@ -205,16 +212,78 @@ def validate_ddp(workload: Workload, cluster: Cluster, schedule: Schedule, outpu
         ``--servers``, ``--trace-out``, ``--plot``, ``--sharing``), or those
         :func:`~dlsched.jobs.ddp_validate_run.run_ddp_validation` refuses.
     """
-    asked = [flag for flag, on in (("--mode inference", workload.mode == "inference"),
-                                   ("--servers", cluster.servers != 1), ("--trace-out", outputs.trace_out),
-                                   ("--plot", outputs.plot), ("--sharing", outputs.sharing)) if on]
-    if asked:
-        raise DlschedError(f"{', '.join(asked)} belong to the parameter-server cluster; --dp ddp trains with "
-                           "torch's DistributedDataParallel over all-reduce and takes none of them")
+    _refuse_ps_settings(workload, cluster, outputs, "--dp ddp trains with torch's DistributedDataParallel over "
+                                                    "all-reduce")
+    if schedule.memory_bytes is not None or schedule.units is not None:
+        raise DlschedError("--memory and --units plan FSDP2 (--dp fsdp); --dp ddp takes --caps")
     v = run_ddp_validation(workload.model, workers=cluster.workers, rate=cluster.rate, caps=schedule.caps,
                            batch=workload.batch, threads=cluster.threads, network=cluster.network,
                            iterations=schedule.iterations, warmup=schedule.warmup, max_work=max_work, say=say)
     return ddp_report(v)
+
+
+def _refuse_ps_settings(workload: Workload, cluster: Cluster, outputs: Outputs, what: str) -> None:
+    asked = [flag for flag, on in (("--mode inference", workload.mode == "inference"),
+                                   ("--servers", cluster.servers != 1), ("--trace-out", outputs.trace_out),
+                                   ("--plot", outputs.plot), ("--sharing", outputs.sharing)) if on]
+    if asked:
+        raise DlschedError(f"{', '.join(asked)} belong to the parameter-server cluster; {what} and takes none of "
+                           "them")
+
+
+def validate_fsdp(workload: Workload, cluster: Cluster, schedule: Schedule, outputs: Outputs,
+                  max_work: int | None, say: Callable[[str], None]) -> dict:
+    """``validate --dp fsdp``: FSDP2's default and plan-fsdp's plan, measured against predicted (DESIGN §4.10).
+
+    Raises
+    ------
+    DlschedError
+        Settings of the parameter-server cluster or ``--caps``, or those
+        :func:`~dlsched.jobs.fsdp_validate_run.run_fsdp_validation` refuses.
+    """
+    _refuse_ps_settings(workload, cluster, outputs, "--dp fsdp trains with torch's fully_shard")
+    if schedule.caps is not None:
+        raise DlschedError("--caps are DDP's bucket caps (--dp ddp); --dp fsdp takes --memory and --units")
+    v = run_fsdp_validation(workload.model, workers=cluster.workers, rate=cluster.rate, batch=workload.batch,
+                            threads=cluster.threads, network=cluster.network, iterations=schedule.iterations,
+                            warmup=schedule.warmup, memory_bytes=schedule.memory_bytes, units=schedule.units,
+                            max_work=max_work, say=say)
+    return fsdp_report(v)
+
+
+#: ``validate --dp fsdp``'s targets (issue 30): step within 10%, peak memory within 15%, gain within ±0.05
+FSDP_STEP_TARGET, FSDP_PEAK_TARGET, FSDP_GAIN_TARGET = 0.10, 0.15, 0.05
+
+
+def fsdp_report(v: FsdpValidation) -> dict:
+    """FSDP2's default and the plan: measured and predicted mean step and peak memory, errors, the gain."""
+    rows = {}
+    for m, cand in (("default", v.plan.default), ("plan", v.plan.plan)):
+        p, measured, peak = v.predicted[m], v.measured(m), v.run.peak_bytes[m]
+        err, perr = relative_error(p.step_s, measured), relative_error(p.peak_bytes, peak)
+        rows[m] = {"label": cand.label, "measured_mean": measured, "measured_blocks": v.run.periods[m],
+                   "predicted": p.step_s, "error": err, "within_target": abs(err) <= FSDP_STEP_TARGET,
+                   "measured_peak_bytes": peak, "predicted_peak_bytes": p.peak_bytes, "peak_error": perr,
+                   "peak_within_target": abs(perr) <= FSDP_PEAK_TARGET, **{k: p.figures()[k] for k in
+                                                                           ("E", "all_gathers", "reduce_scatters")}}
+    measured_gain = rows["default"]["measured_mean"] / rows["plan"]["measured_mean"]
+    predicted_gain = rows["default"]["predicted"] / rows["plan"]["predicted"]
+    n = v.network
+    return {"dp": "fsdp", "model": v.model, "mode": "training", "workers": v.workers, "batch": v.batch,
+            "threads": v.threads, "hosts": v.hosts, "units": list(v.plan.plan.units),
+            "memory_budget_bytes": v.plan.budget_bytes,
+            "network": {"all_gather": {"alpha_s": n.ag_alpha, "beta_bytes_per_s": n.ag_beta},
+                        "reduce_scatter": {"alpha_s": n.rs_alpha, "beta_bytes_per_s": n.rs_beta},
+                        "timed": {"bytes": v.run.sizes, "all_gather_s": v.run.all_gather_s,
+                                  "reduce_scatter_s": v.run.reduce_scatter_s}},
+            "compute_s": v.compute_s, "optimizer_s": v.optimizer_s, "iterations": v.iterations,
+            "block": v.run.block, "default": rows["default"], "plan": rows["plan"],
+            "measured_gain": measured_gain, "predicted_gain": predicted_gain,
+            "gain_error": predicted_gain - measured_gain,
+            "gain_within_target": abs(predicted_gain - measured_gain) <= FSDP_GAIN_TARGET,
+            "under_budget": v.plan.budget_bytes is None or rows["plan"]["measured_peak_bytes"] <= v.plan.budget_bytes,
+            "max_param_diff": v.run.max_param_diff, "cpu": cpu_model(), "load_1min": load_average(),
+            "wall_s": v.wall_s}
 
 
 #: ``validate --dp ddp``'s targets: predicted mean step within 10% of measured at every cap; the recommended

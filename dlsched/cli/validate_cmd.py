@@ -6,7 +6,7 @@ import click
 from dlsched import limits
 from dlsched.answers import validate as answer
 
-from .common import POSITIVE_INT, SEED, emit_json, err_console, gather, max_work_option
+from .common import BYTES, POSITIVE_INT, SEED, emit_json, err_console, gather, max_work_option
 from .validate_views import render
 
 
@@ -36,9 +36,9 @@ def _workload(model, mode, batch):
 
 @click.command()
 @click.argument("model")
-@click.option("--dp", type=click.Choice(["ps", "ddp"]), default="ps", show_default=True,
+@click.option("--dp", type=click.Choice(["ps", "ddp", "fsdp"]), default="ps", show_default=True,
               help="ps: a parameter-server cluster per transfer order; ddp: torch's DistributedDataParallel per "
-                   "bucket cap (training).")
+                   "bucket cap; fsdp: FSDP2's default against plan-fsdp's plan (both training).")
 @click.option("--mode", type=click.Choice(["inference", "training"]), default="inference", show_default=True,
               help="With --dp ps; --dp ddp trains.")
 @click.option("--batch", type=POSITIVE_INT, default=8, show_default=True, help="Samples per worker and iteration.")
@@ -61,6 +61,10 @@ def _workload(model, mode, batch):
 @click.option("--caps", default=None,
               help="With --dp ddp: bucket_cap_mb values to run, in MiB, comma-separated [default: 1, 2, 4, ... MiB "
                    "up to the whole model]; DDP's default is always run too.")
+@click.option("--memory", type=BYTES, default=None,
+              help="With --dp fsdp: the plan's memory budget per process, e.g. 2GiB [default: none].")
+@click.option("--units", default=None,
+              help="With --dp fsdp: module paths to make fully_shard units [default: plan-fsdp's choice].")
 @click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--trace-out", type=click.Path(file_okay=False), default=None,
               help="Folder for each order's measured Chrome trace (ORDER.trace.json; dlsched bounds --trace).")
@@ -70,8 +74,9 @@ def _workload(model, mode, batch):
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 @gather("workload", _workload, ("model", "mode", "batch"))
 @gather("cluster", answer.Cluster, ("workers", "servers", "rate", "network", "threads"))
-@gather("schedule", lambda orders, caps, **run: answer.Schedule(_names(orders), caps=_caps(caps), **run),
-        ("orders", "iterations", "warmup", "seed", "dp", "caps"))
+@gather("schedule", lambda orders, caps, units, memory, **run: answer.Schedule(
+    _names(orders), caps=_caps(caps), memory_bytes=memory, units=_names(units) if units else None, **run),
+        ("orders", "iterations", "warmup", "seed", "dp", "caps", "memory", "units"))
 @gather("outputs", answer.Outputs, ("sharing", "trace_out", "plot"))
 def validate(workload, cluster, schedule, outputs, max_work, as_json):
     """Run MODEL on a real parameter-server cluster under each order and compare with the simulator (DESIGN §4.7).
@@ -88,6 +93,8 @@ def validate(workload, cluster, schedule, outputs, max_work, as_json):
     With --dp ddp it trains MODEL with torch's DistributedDataParallel at each
     bucket cap, interleaved one step each, and prints per cap the measured and
     predicted step time (DESIGN §4.8), and plan-ddp's pick against the best cap.
+    With --dp fsdp, FSDP2's default against plan-fsdp's plan: step time and
+    peak memory per process, measured and predicted (DESIGN §4.10).
     """
     say = (lambda line: err_console.print(f"[dim]validate:[/] {line}")) if not as_json else (lambda line: None)
     out = answer.validate(workload, cluster, schedule, outputs, max_work=max_work, say=say)

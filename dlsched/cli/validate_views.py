@@ -2,7 +2,7 @@
 models side by side."""
 from __future__ import annotations
 
-from .common import column_table, console, fmt_seconds, key_value_table
+from .common import column_table, console, fmt_bytes, fmt_seconds, key_value_table
 
 
 def _pct(x) -> str:
@@ -65,10 +65,42 @@ def render_ddp(out: dict) -> None:
                       f"without it: {o['planned_gain']:.3f}x); parameters equal DDP's to {o['max_param_diff']:.1e}")
 
 
+def render_fsdp(out: dict) -> None:
+    """Print ``validate --dp fsdp``'s figures: FSDP2's default and the plan, step and peak memory."""
+    n = out["network"]
+    budget = fmt_bytes(out["memory_budget_bytes"]) if out["memory_budget_bytes"] else "none"
+    console.print(key_value_table(
+        f"{out['model']} (training, FSDP2): {out['workers']} processes, batch {out['batch']}",
+        [("hosts", out["hosts"]["note"]), ("CPU", out["cpu"]),
+         ("units", ", ".join(out["units"]) or "the root only"), ("memory budget", budget),
+         ("compute per step", f"{fmt_seconds(out['compute_s'])}, optimizer {fmt_seconds(out['optimizer_s'])}"),
+         ("all-gather (timed)", f"alpha {fmt_seconds(n['all_gather']['alpha_s'])}, beta "
+                                f"{n['all_gather']['beta_bytes_per_s'] * 8 / 1e6:.0f} Mbit/s"),
+         ("reduce-scatter (timed)", f"alpha {fmt_seconds(n['reduce_scatter']['alpha_s'])}, beta "
+                                    f"{n['reduce_scatter']['beta_bytes_per_s'] * 8 / 1e6:.0f} Mbit/s")]))
+    rows = []
+    for key in ("default", "plan"):
+        r = out[key]
+        rows.append((key, fmt_seconds(r["measured_mean"]), fmt_seconds(r["predicted"]), _pct(r["error"]),
+                     fmt_bytes(r["measured_peak_bytes"]), fmt_bytes(r["predicted_peak_bytes"]),
+                     _pct(r["peak_error"]), "yes" if r["within_target"] and r["peak_within_target"] else "NO"))
+    console.print(column_table(f"step (mean of {out['iterations']} blocks of {out['block']}) and peak memory per "
+                               "process", ("", "measured", "predicted", "error", "peak measured", "peak predicted",
+                                           "error", "within 10% / 15%"), rows, left=("",)))
+    console.print(f"plan's gain over FSDP2's default: measured {out['measured_gain']:.3f}x, predicted "
+                  f"{out['predicted_gain']:.3f}x ({'within' if out['gain_within_target'] else 'NOT within'} "
+                  f"±0.05); parameters of the two after the run differ by at most {out['max_param_diff']:.2g}")
+    if out["memory_budget_bytes"]:
+        console.print(f"the plan's measured peak is {'under' if out['under_budget'] else 'OVER'} the budget")
+
+
 def render(out: dict) -> None:
     """Print :func:`dlsched.answers.validate.validate`'s figures."""
     if out.get("dp") == "ddp":
         render_ddp(out)
+        return
+    if out.get("dp") == "fsdp":
+        render_fsdp(out)
         return
     o = out["oracle"]
     console.print(key_value_table(

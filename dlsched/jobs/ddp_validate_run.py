@@ -28,6 +28,7 @@ Examples
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
@@ -84,19 +85,34 @@ def fit_ring(sizes: Sequence[int], secs: Sequence[float], workers: int) -> Netwo
     DlschedError
         The times do not grow with the size.
     """
+    a, b = fit_line(sizes, secs, "all-reduces")
+    steps = 2 * (workers - 1)
+    return Network(alpha=a / steps, beta=steps / (workers * b), workers=workers)
+
+
+def fit_line(sizes: Sequence[int], secs: Sequence[float], what: str = "collectives") -> tuple[float, float]:
+    """``(a, b)`` of ``time = a + n·b`` through timed collectives (:func:`fit_ring`): the slope through the
+    sizes of at least 1 MiB, the intercept from the sizes below 256 KiB; ``a ≥ 0``, ``b > 0``.
+
+    Raises
+    ------
+    DlschedError
+        The times do not grow with the size.
+    """
     n, t = np.asarray(sizes, dtype=float), np.asarray(secs, dtype=float)
     big = n >= BANDWIDTH_BYTES
     if big.sum() < 2:
         big = np.ones_like(n, dtype=bool)
-    b, a = np.polyfit(n[big], t[big], 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a poorly conditioned fit is caught by the test below
+        b, a = np.polyfit(n[big], t[big], 1)
     if not b > 0:
-        raise DlschedError("the timed all-reduces do not grow with their size, so they give no bandwidth; "
+        raise DlschedError(f"the timed {what} do not grow with their size, so they give no bandwidth; "
                            "the link is too fast or too noisy to measure")
     small = n < LATENCY_BYTES
     if small.any():
         a = float(np.median(t[small] - n[small] * b))
-    steps = 2 * (workers - 1)
-    return Network(alpha=max(float(a), 0.0) / steps, beta=steps / (workers * float(b)), workers=workers)
+    return max(float(a), 0.0), float(b)
 
 
 def allreduce_sizes(model_bytes: float) -> list[int]:
