@@ -143,3 +143,12 @@ def test_step_bounds_collectives_and_memory(case, beta, alpha):
     assert ends == sorted(ends)  # one link, in issue order
     shards = sum(u.shard_bytes for u in units)
     assert step.peak_bytes >= shards + max(u.padded_bytes for u in units) - 1e-6
+
+
+def test_fsdp2s_own_work_is_charged_at_four_hooks_of_every_unit():
+    g, t = _stack([250_000, 250_000], head=8)
+    units = fsdp_units(g, ["m0", "m1"], workers=2)
+    net = FsdpNetwork(2, 0.0, 0.5e6, 0.0, 0.5e6)
+    bare = fsdp_step(g, t, units, FsdpSchedule(), net, FREE)
+    hooked = fsdp_step(g, t, units, FsdpSchedule(), net, HostCosts(1e18, 0.0, per_hook_s=0.25))
+    assert hooked.step_s == pytest.approx(bare.step_s + 4 * len(units) * 0.25) == pytest.approx(hooked.upper_s)

@@ -118,13 +118,18 @@ class HostCosts:
 
     ``per_piece_s``: what the ordered all-reduce's communication thread spends per piece besides the
     collective (a hand-off, gathering the piece, the updates it completes), charged on the link before
-    each piece; measured in the ordered job (:mod:`dlsched.jobs.ordered_run`)."""
+    each piece; measured in the ordered job (:mod:`dlsched.jobs.ordered_run`).
+
+    ``per_hook_s``: what FSDP2's own hooks (pre- and post-forward, pre- and post-backward of each unit) cost
+    the training thread besides collectives and copies; measured on a one-process group by
+    :mod:`dlsched.jobs.fsdp_run` (DESIGN §4.10)."""
 
     copy_bandwidth: float = DEFAULT_COPY_BPS
     optimizer_s_per_byte: float | None = None
     compute_beside_comm: float = 1.0
     comm_beside_compute: float = 1.0
     per_piece_s: float = 0.0
+    per_hook_s: float = 0.0
 
     def optimizer_s(self, nbytes: float) -> float:
         per = SGD_BYTES_MOVED / self.copy_bandwidth if self.optimizer_s_per_byte is None else self.optimizer_s_per_byte
@@ -136,8 +141,10 @@ class HostCosts:
         if self.optimizer_s_per_byte is not None and not 0 <= self.optimizer_s_per_byte < float("inf"):
             raise DlschedError(f"the optimizer's cost must be a finite number of seconds per byte ≥ 0, "
                                f"got {self.optimizer_s_per_byte}")
-        if not 0 <= self.per_piece_s < float("inf"):
-            raise DlschedError(f"the cost per piece must be a finite number of seconds ≥ 0, got {self.per_piece_s}")
+        for name in ("per_piece_s", "per_hook_s"):
+            if not 0 <= getattr(self, name) < float("inf"):
+                raise DlschedError(f"the cost per {name.split('_')[1]} must be a finite number of seconds ≥ 0, "
+                                   f"got {getattr(self, name)}")
         for name in ("compute_beside_comm", "comm_beside_compute"):
             if not 1 <= getattr(self, name) <= MAX_SLOWDOWN:
                 raise DlschedError(f"{name.replace('_', ' ')} must be a slow-down from 1 to {MAX_SLOWDOWN:g}, "

@@ -26,6 +26,9 @@ read from ``_fsdp_state.py`` and ``_fsdp_param_group.py``), per unit
   reduce-scatter them; the root's (and any unit whose input carries no
   gradient) in the final callback after backward. Then the optimizer runs on
   this rank's shards (``HostCosts.optimizer_s`` of the shard bytes).
+- every one of these four hooks of every unit (the root's too) also costs
+  the thread ``HostCosts.per_hook_s``: FSDP2's own Python bookkeeping,
+  measured apart from any collective (:mod:`dlsched.jobs.fsdp_run`).
 
 **On CPU, collectives block.** FSDP2 issues every all-gather with
 ``unshard_async_op`` (``False`` unless ``_set_unshard_async_op(True)``) and
@@ -204,7 +207,7 @@ class _Builder:
         self.pending: dict[str, int] = {}  # unit -> its issued all-gather, not yet waited for
         self.unsharded: set[str] = set()
         self.collectives: list[tuple[str, str, int, int]] = []  # kind, unit, node, bytes
-        self.copies_s = 0.0
+        self.copies_s = 0.0  # the thread's work besides the graph: copies and FSDP2's hooks
         # memory: (bytes, (node, "ready"|"end"), (node, "end") or None for the step's end)
         self.memory: list[tuple[float, tuple, tuple | None]] = []
         self.open_params: dict[str, tuple] = {}
@@ -300,10 +303,13 @@ def fsdp_step(graph: Graph, times: Mapping[str, float], units: Sequence[FsdpUnit
     for i, op in enumerate(program + [None]):
         for action, unit in hooks.get(i, []):
             u = b.by_name[unit]
+            if host.per_hook_s:
+                b.run_compute(host.per_hook_s)  # FSDP2's own bookkeeping in the hook
+                b.copies_s += host.per_hook_s
             if action == "pre_forward":
                 b.pre(u, schedule.forward_prefetch.get(unit, ()))
             elif action == "post_forward":
-                if schedule.reshards(unit):
+                if unit != ROOT and schedule.reshards(unit):
                     b.reshard(u)
             elif action == "pre_backward":
                 b.pre_backward(u, _backward_prefetch(units, unit, schedule))
@@ -361,7 +367,8 @@ def _hook_points(units, spans, n_ops) -> dict[int, list[tuple[str, str]]]:
         if u.module != ROOT:
             at(f1 + 1, "post_forward", u.module)
     has_root = any(u.module == ROOT for u in units)
-    if has_root:  # backward: the root's pre-backward first, then the others as their ops come
+    if has_root:  # the root's post-forward ends forward; its pre-backward comes first in backward
+        at(first_backward, "post_forward", ROOT)
         at(first_backward, "pre_backward", ROOT)
     for u in units:
         f0, f1, b0, b1 = spans[u.module]

@@ -6,10 +6,13 @@ and makes two deep copies of it FSDP2 models with
 FSDP2's defaults (every unit resharded, no explicit prefetch, blocking
 all-gathers), and **plan**, the plan itself. Before the rounds it times
 gloo's all-gather and reduce-scatter at a range of sizes (the median of a
-few calls each) on the same hosts. A round runs one unscored
-**calibration** step (forward and backward of a third, plain copy of the
-module, no collective, then the optimizer: the compute the ranks really
-spend beside each other) and a block of ``block`` consecutive steps of each
+few calls each) on the same hosts. A round runs two unscored
+**calibration** steps: forward and backward of a third, plain copy of the
+module, no collective, then the optimizer (the compute the ranks really
+spend beside each other); and the same of a fourth copy made an FSDP2 model
+with the plan's units on a **one-process group** of its own, where FSDP2
+runs every hook and copy but no collective (what FSDP2's own bookkeeping
+costs the thread). Then a block of ``block`` consecutive steps of each
 FSDP2 model, in an order that alternates each round. A block's step time is
 its steady-state period, from the start of its second step to the start of
 its last; the cluster's is the slowest rank's.
@@ -53,7 +56,8 @@ class FsdpJobFailed(DlschedError):
 @dataclass
 class FsdpRun:
     """Per mode each measured block's period (s per step, the slowest rank's) and peak memory (bytes, the
-    largest rank's); the calibration steps' compute and optimizer (s, the slowest rank's, per round); the timed
+    largest rank's); the calibration steps' forward + backward and optimizer, plain and on the one-process
+    group (s, the slowest rank's, per round: ``(rounds, 4)``); the timed
     collectives (sizes in bytes moved, seconds, medians over ranks); the largest parameter difference."""
 
     periods: dict
@@ -85,6 +89,19 @@ def _time_collectives(sizes, world: int):
                 secs.append(time.perf_counter() - t0)
             out.append(float(np.median(secs)))
     return ag, rs
+
+
+def _own_mesh(rank: int, world: int):
+    """A device mesh of this process alone (every process creates every one-process group, as
+    ``new_group`` requires)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import DeviceMesh
+    mine = None
+    for r in range(world):
+        group = dist.new_group([r])
+        if r == rank:
+            mine = group
+    return DeviceMesh.from_group(mine, "cpu")
 
 
 def _peak_of_step(model, opt, step) -> float:
@@ -129,6 +146,8 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
         opts = {m: torch.optim.SGD(models[m].parameters(), lr=lr) for m in MODES}
         plain = copy.deepcopy(module)
         popt = torch.optim.SGD(plain.parameters(), lr=lr)
+        solo = apply_plan(copy.deepcopy(module), default, mesh=_own_mesh(rank, world))
+        sopt = torch.optim.SGD(solo.parameters(), lr=lr)
 
         def step(m):
             training_loss(models[m](*inputs)).backward()
@@ -144,6 +163,11 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
             popt.step()
             popt.zero_grad()
             t2 = time.perf_counter()
+            training_loss(solo(*inputs)).backward()
+            t3 = time.perf_counter()
+            sopt.step()
+            sopt.zero_grad()
+            t4 = time.perf_counter()
             for m in (MODES if r % 2 == 0 else MODES[::-1]):
                 dist.barrier()
                 block = []
@@ -154,7 +178,7 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
                 if r >= config["warmup"]:
                     starts[m].append(block)
             if r >= config["warmup"]:
-                calib.append((t1 - t0, t2 - t1))
+                calib.append((t1 - t0, t2 - t1, t3 - t2, t4 - t3))
         peaks = {}
         for m in MODES:
             dist.barrier()
@@ -191,7 +215,7 @@ def run_fsdp(model: str, *, workers: int, batch: int, threads: int, plan: dict, 
     for m in MODES:
         per_rank = np.array([[np.diff(b[1:-1]).mean() for b in r["starts"][m]] for r in res])
         periods[m] = per_rank.max(axis=0).tolist()
-    calib = np.array([r["calibration"] for r in res]).max(axis=0)  # (rounds, 2)
+    calib = np.array([r["calibration"] for r in res]).max(axis=0)  # (rounds, 4)
     return FsdpRun(periods, {m: max(r["peaks"][m] for r in res) for m in MODES}, calib, list(sizes),
                    np.median([r["ag"] for r in res], axis=0).tolist(),
                    np.median([r["rs"] for r in res], axis=0).tolist(),

@@ -17,7 +17,9 @@
 5. **The prediction** of both (:func:`dlsched.analyses.fsdp_step.fsdp_step`):
    the profile scaled to the calibration steps' compute, the optimizer's
    measured time per byte, each collective's α and β fitted to its timings
-   (``time = a + n·b``, ``a = (P−1)·α``, ``b = (P−1)/(P·β)``).
+   (``time = a + n·b``, ``a = (P−1)·α``, ``b = (P−1)/(P·β)``), and FSDP2's
+   own cost per hook: the one-process FSDP2 step's excess over the plain
+   one, over the four hooks of each unit.
 
 Examples
 --------
@@ -86,6 +88,8 @@ class FsdpValidation:
     predicted: dict  # mode -> FsdpStepResult
     iterations: int
     wall_s: float
+    #: FSDP2's own cost per step on the thread (the one-process step's excess over the plain one), seconds
+    overhead_s: float = 0.0
 
     def measured(self, mode: str) -> float:
         return float(np.mean(self.run.periods[mode]))
@@ -144,9 +148,9 @@ def run_fsdp_validation(model: str, *, workers: int = 2, rate: str | None = "aut
         host_info = {"kind": hosts.kind, "rate": hosts.rate, "note": hosts.note}
     finally:
         hosts.close()
-    net, compute, optimizer, predicted = _predict(graph, oracle, run, plan, model_bytes, workers)
+    net, compute, optimizer, overhead, predicted = _predict(graph, oracle, run, plan, model_bytes, workers)
     return FsdpValidation(model, workers, batch, threads, host_info, plan, run, net, compute, optimizer, predicted,
-                          iterations, time.monotonic() - t0)
+                          iterations, time.monotonic() - t0, overhead)
 
 
 def _plan_file(graph, plan: FsdpPlanResult) -> FsdpPlan:
@@ -158,10 +162,11 @@ def _plan_file(graph, plan: FsdpPlanResult) -> FsdpPlan:
 
 
 def _predict(graph, oracle, run: FsdpRun, plan: FsdpPlanResult, model_bytes: float,
-             workers: int) -> tuple[FsdpNetwork, float, float, dict[str, FsdpStepResult]]:
+             workers: int) -> tuple[FsdpNetwork, float, float, float, dict[str, FsdpStepResult]]:
     """Both schedules simulated with what the job measured (module docstring, step 5)."""
-    compute = float(np.median(run.calibration[:, 0]))
-    optimizer = float(np.median(run.calibration[:, 1]))
+    c = run.calibration
+    compute, optimizer = float(np.median(c[:, 0])), float(np.median(c[:, 1]))
+    overhead = max(0.0, float(np.median(c[:, 2] + c[:, 3] - c[:, 0] - c[:, 1])))
     scale = compute / oracle.compute
     times = dict(oracle.times)
     for op in graph.compute_ops():
@@ -169,9 +174,9 @@ def _predict(graph, oracle, run: FsdpRun, plan: FsdpPlanResult, model_bytes: flo
     ag = fit_collective(run.sizes, run.all_gather_s, workers, "all-gathers")
     rs = fit_collective(run.sizes, run.reduce_scatter_s, workers, "reduce-scatters")
     net = FsdpNetwork(workers, ag[0], ag[1], rs[0], rs[1])
-    host = HostCosts(optimizer_s_per_byte=optimizer / model_bytes)
     units = fsdp_units(graph, plan.plan.units, workers)
+    host = HostCosts(optimizer_s_per_byte=optimizer / model_bytes, per_hook_s=overhead / (4 * len(units)))
     activations, _ = saved_activations(graph)
     predicted = {m: fsdp_step(graph, times, units, c.schedule, net, host, activations)
                  for m, c in zip(MODES, (plan.default, plan.plan))}
-    return net, compute, optimizer, predicted
+    return net, compute, optimizer, overhead, predicted
