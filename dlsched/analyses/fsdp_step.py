@@ -52,8 +52,10 @@ collectives need not cost the same. Contention as in :mod:`.ddp_step`
 **Memory** (bytes one process holds, swept over the simulated times): the
 shards of every parameter and ``optimizer_copies`` of optimizer state; each
 unit's unsharded parameters from the issue of its all-gather to its
-reshard; its unsharded gradients from its pre-backward to the end of its
-reduce-scatter, and its gradient shard from then to the step's end (the
+reshard; its unsharded gradients from its pre-backward to the end of their
+copy into the reduce-scatter's input, which lives from that copy to the end
+of the reduce-scatter (``foreach_reduce`` frees the gradients after the
+copy), and its gradient shard from then to the step's end (the
 loop's ``zero_grad`` frees it); each saved activation (``activations``: op →
 bytes, :func:`dlsched.planning.memory.saved_activations`) from the end of
 its forward op to the end of its last backward reader.
@@ -268,12 +270,17 @@ class _Builder:
         self.pre(unit, prefetch)
 
     def post_backward(self, unit: FsdpUnit) -> None:
+        """Reshard, copy the gradients into the reduce-scatter's input (``foreach_reduce``, which then frees
+        them), reduce-scatter, keep the gradient shard."""
         self.reshard(unit)
-        self.copy(unit)  # the reduce-scatter's copy-in
+        before = self.tail
+        self.copy(unit)
+        copied = self.tail
         node = self.link(REDUCE_SCATTER, unit)
         self.join(node)  # blocking on CPU
         if unit.module in self.open_grads:
-            self.memory.append((unit.padded_bytes, self.open_grads.pop(unit.module), (node, "end")))
+            self.memory.append((unit.padded_bytes, self.open_grads.pop(unit.module), (copied, "end")))
+        self.memory.append((unit.padded_bytes, (before, "end"), (node, "end")))  # the input buffer
         self.memory.append((unit.shard_bytes, (node, "end"), None))
 
 
