@@ -50,7 +50,8 @@ collectives need not cost the same. Contention as in :mod:`.ddp_step`
 (:class:`.ddp_step.HostCosts`).
 
 **Memory** (bytes one process holds, swept over the simulated times): the
-shards of every parameter and ``optimizer_copies`` of optimizer state; each
+shards of every parameter and ``optimizer_copies`` of optimizer state
+(:class:`FsdpMemory`); each
 unit's unsharded parameters from the issue of its all-gather to its
 reshard; its unsharded gradients from its pre-backward to the end of their
 copy into the reduce-scatter's input, which lives from that copy to the end
@@ -58,7 +59,9 @@ of the reduce-scatter (``foreach_reduce`` frees the gradients after the
 copy), and its gradient shard from then to the step's end (the
 loop's ``zero_grad`` frees it); each saved activation (``activations``: op →
 bytes, :func:`dlsched.planning.memory.saved_activations`) from the end of
-its forward op to the end of its last backward reader.
+its forward op to the end of its last backward reader; and, as ``plan-batch``'s static model has it, a
+transient workspace (the largest forward output: the fresh gradient buffer
+of the biggest layer in backward) on top of the peak.
 
 Examples
 --------
@@ -122,6 +125,17 @@ class FsdpSchedule:
 
     def reshards(self, unit: str) -> bool:
         return unit != ROOT and bool(self.reshard_after_forward.get(unit, True))
+
+
+@dataclass(frozen=True)
+class FsdpMemory:
+    """What the memory sweep needs beyond the units: each saved activation (forward op → bytes), a transient
+    workspace added to the peak (bytes), and the optimizer's state copies per parameter shard. Built by
+    :func:`dlsched.planning.fsdp_plan.fsdp_memory` from ``plan-batch``'s memory model."""
+
+    activations: Mapping[str, int] = field(default_factory=dict)
+    workspace_bytes: float = 0.0
+    optimizer_copies: int = 0
 
 
 @dataclass(frozen=True)
@@ -285,8 +299,7 @@ class _Builder:
 
 
 def fsdp_step(graph: Graph, times: Mapping[str, float], units: Sequence[FsdpUnit], schedule: FsdpSchedule,
-              network: FsdpNetwork, host: HostCosts = HostCosts(), activations: Mapping[str, int] | None = None,
-              optimizer_copies: int = 0) -> FsdpStepResult:
+              network: FsdpNetwork, host: HostCosts = HostCosts(), memory: FsdpMemory = FsdpMemory()) -> FsdpStepResult:
     """FSDP2's step for ``units`` (:func:`.fsdp_units.fsdp_units`) under ``schedule`` (module docstring).
 
     Raises
@@ -331,10 +344,10 @@ def fsdp_step(graph: Graph, times: Mapping[str, float], units: Sequence[FsdpUnit
     step = finish[end]
     collectives = tuple(Collective(kind, unit, ready[n], start[n], finish[n], nbytes)
                         for kind, unit, n, nbytes in b.collectives)
-    base = shard_total * (1 + max(0, int(optimizer_copies)))
+    base = shard_total * (1 + max(0, int(memory.optimizer_copies))) + max(0.0, memory.workspace_bytes)
     when = {"ready": ready, "end": finish}
     intervals = [(when[a[1]][a[0]], when[e[1]][e[0]] if e is not None else step, nb) for nb, a, e in b.memory]
-    intervals += _activation_intervals(graph, activations or {}, node_of, finish, step)
+    intervals += _activation_intervals(graph, memory.activations, node_of, finish, step)
     peak, at = _peak(base, intervals)
     return FsdpStepResult(step, sum(float(times[op.name]) for op in compute_ops) + b.copies_s,
                           sum(network.cost(k, nb) for k, _, _, nb in b.collectives), opt_s, peak, collectives, at)

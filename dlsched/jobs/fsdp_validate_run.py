@@ -41,8 +41,7 @@ from dlsched.analyses.fsdp_units import fsdp_units
 from dlsched.errors import DlschedError
 from dlsched.formats.fsdp_plan_file import FsdpPlan, parameter_fingerprint
 from dlsched.importers.loader import detect_format, load_model
-from dlsched.planning.fsdp_plan import FsdpPlanResult, plan_fsdp
-from dlsched.planning.memory import saved_activations
+from dlsched.planning.fsdp_plan import FsdpPlanResult, fsdp_memory, plan_fsdp
 from dlsched.profiling.network import LinkMeasurement
 from dlsched.runtime import netns
 from dlsched.runtime.hosts import open_hosts
@@ -176,7 +175,7 @@ def _predict(graph, oracle, run: FsdpRun, plan: FsdpPlanResult, model_bytes: flo
     net = FsdpNetwork(workers, ag[0], ag[1], rs[0], rs[1])
     units = fsdp_units(graph, plan.plan.units, workers)
     host = HostCosts(optimizer_s_per_byte=optimizer / model_bytes, per_hook_s=overhead / (4 * len(units)))
-    activations, _ = saved_activations(graph)
-    predicted = {m: fsdp_step(graph, times, units, c.schedule, net, host, activations)
+    memory = fsdp_memory(graph)
+    predicted = {m: fsdp_step(graph, times, units, c.schedule, net, host, memory)
                  for m, c in zip(MODES, (plan.default, plan.plan))}
     return net, compute, optimizer, overhead, predicted

@@ -38,12 +38,12 @@ from typing import Mapping, Sequence
 
 from dlsched import limits
 from dlsched.analyses.ddp_step import HostCosts
-from dlsched.analyses.fsdp_step import FsdpNetwork, FsdpSchedule, FsdpStepResult, fsdp_step
+from dlsched.analyses.fsdp_step import FsdpMemory, FsdpNetwork, FsdpSchedule, FsdpStepResult, fsdp_step
 from dlsched.analyses.fsdp_units import ROOT, FsdpUnit, fsdp_units
 from dlsched.dag import Graph
 from dlsched.errors import DlschedError
 
-from .memory import fmt_bytes, saved_activations
+from .memory import fmt_bytes, saved_activations, static_estimate
 
 #: Explicit prefetch depths tried each way (with async all-gathers).
 PREFETCH_DEPTHS = (1, 2)
@@ -122,6 +122,15 @@ def schedules(units: Sequence[FsdpUnit]) -> list[tuple[int, int, FsdpSchedule]]:
     return out
 
 
+def fsdp_memory(graph: Graph, optimizer_copies: int = 0) -> FsdpMemory:
+    """The memory sweep's inputs from ``plan-batch``'s static model (DESIGN §5): the saved activations, and
+    the workspace term ``b · M_work`` (the largest forward output) as a transient on the peak."""
+    activations, _ = saved_activations(graph)
+    est = static_estimate(graph)
+    batch = est.details.get("reference_batch") or 1
+    return FsdpMemory(activations, est.workspace_bytes_per_sample * batch, optimizer_copies)
+
+
 def plan_fsdp(graph: Graph, times: Mapping[str, float], network: FsdpNetwork, memory_bytes: float | None = None,
               units: Sequence[str] | None = None, host: HostCosts = HostCosts(), optimizer_copies: int = 0,
               max_work: int | None = None) -> FsdpPlanResult:
@@ -148,12 +157,12 @@ def plan_fsdp(graph: Graph, times: Mapping[str, float], network: FsdpNetwork, me
     n_sched = 1 + 2 * len(PREFETCH_DEPTHS)
     limits.check_work(limits.fsdp_plan_work(len(graph.compute_ops()), [len(u) for u in unit_lists], n_sched),
                       limits.PLAN_FSDP, "plan-fsdp", max_work)
-    activations, _ = saved_activations(graph)
+    memory = fsdp_memory(graph, optimizer_copies)
     tried: list[FsdpCandidate] = []
     for us in unit_lists:
         names = tuple(u.module for u in us if u.module != ROOT)
         for kept, depth, sched in schedules(us):
-            step = fsdp_step(graph, times, us, sched, network, host, activations, optimizer_copies)
+            step = fsdp_step(graph, times, us, sched, network, host, memory)
             tried.append(FsdpCandidate(names, sched, step, kept, depth))
     smallest = min(c.step.peak_bytes for c in tried)
     fits = [c for c in tried if memory_bytes is None or c.step.peak_bytes <= memory_bytes]
