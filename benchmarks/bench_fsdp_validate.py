@@ -82,7 +82,8 @@ def summarise(parts: dict) -> dict:
         rows = {m: {k: _spread([r[m][k] for r in runs]) for k in
                     ("measured_mean", "predicted", "error", "measured_peak_bytes", "predicted_peak_bytes",
                      "peak_error")} for m in ("default", "plan")}
-        out[part] = {"cpu": runs[0]["cpu"], "load_1min": [r["load_1min"] for r in runs], "units": runs[0]["units"],
+        out[part] = {"cpu": runs[0]["cpu"], "load_1min": [round(r["load_1min"], 2) for r in runs],
+                     "units": runs[0]["units"],
                      "labels": {m: runs[0][m]["label"] for m in ("default", "plan")}, "rows": rows,
                      **{k: _spread([r[k] for r in runs]) for k in ("measured_gain", "predicted_gain", "gain_error",
                                                                    "max_param_diff")},
