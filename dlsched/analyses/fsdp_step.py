@@ -83,7 +83,7 @@ from dlsched.dag import COMPUTE, Graph
 from dlsched.errors import DlschedError
 
 from .collective_cost import check_network, ring_all_gather
-from .ddp_step import HostCosts
+from .ddp_step import HostCosts, StepResult
 from .fsdp_units import ROOT, FsdpUnit
 from .properties import check_times
 from .two_lanes import COMPUTE_LANE, INSTANT, LINK_LANE, LaneDag
@@ -151,39 +151,17 @@ class Collective:
 
 
 @dataclass(frozen=True)
-class FsdpStepResult:
-    """A simulated FSDP2 step: its time, what it is made of, its collectives and its peak memory (bytes)."""
+class FsdpStepResult(StepResult):
+    """A simulated FSDP2 step: :class:`~.ddp_step.StepResult`'s time, parts and TicTac figures, its
+    collectives, and its peak memory per process (bytes) and when it is reached."""
 
-    step_s: float
-    compute_s: float
-    comm_s: float
-    optimizer_s: float
-    peak_bytes: float
+    peak_bytes: float = 0.0
     collectives: tuple[Collective, ...] = ()
     peak_at_s: float = 0.0
 
-    @property
-    def upper_s(self) -> float:
-        return self.compute_s + self.comm_s + self.optimizer_s
-
-    @property
-    def lower_s(self) -> float:
-        return max(self.compute_s + self.optimizer_s, self.comm_s)
-
-    @property
-    def exposed_comm_s(self) -> float:
-        return max(0.0, self.step_s - self.compute_s - self.optimizer_s)
-
-    @property
-    def efficiency(self) -> float:
-        """TicTac's ``E = (U − T)/(U − L)``, clamped to [0, 1]."""
-        span = self.upper_s - self.lower_s
-        return 1.0 if span <= 1e-15 else min(1.0, max(0.0, (self.upper_s - self.step_s) / span))
-
     def figures(self) -> dict:
-        return {"step_s": self.step_s, "compute_s": self.compute_s, "comm_s": self.comm_s,
-                "optimizer_s": self.optimizer_s, "exposed_comm_s": self.exposed_comm_s, "L_s": self.lower_s,
-                "U_s": self.upper_s, "E": self.efficiency, "peak_bytes": self.peak_bytes,
+        out = {k: v for k, v in super().figures().items() if k not in ("allreduces", "comm_latency_s")}
+        return {**out, "peak_bytes": self.peak_bytes,
                 "all_gathers": sum(c.kind == ALL_GATHER for c in self.collectives),
                 "reduce_scatters": sum(c.kind == REDUCE_SCATTER for c in self.collectives)}
 
@@ -350,7 +328,8 @@ def fsdp_step(graph: Graph, times: Mapping[str, float], units: Sequence[FsdpUnit
     intervals += _activation_intervals(graph, memory.activations, node_of, finish, step)
     peak, at = _peak(base, intervals)
     return FsdpStepResult(step, sum(float(times[op.name]) for op in compute_ops) + b.copies_s,
-                          sum(network.cost(k, nb) for k, _, _, nb in b.collectives), opt_s, peak, collectives, at)
+                          sum(network.cost(k, nb) for k, _, _, nb in b.collectives), opt_s, peak_bytes=peak,
+                          collectives=collectives, peak_at_s=at)
 
 
 def _spans(graph: Graph, units: Sequence[FsdpUnit], pos: Mapping[str, int]) -> dict[str, tuple]:

@@ -101,6 +101,24 @@ class WorkCount(click.ParamType):
         return n
 
 
+def link_options(fn):
+    """``--bandwidth``, ``--latency``, ``--measure-network``, ``--network-timeout``: a data-parallel job's
+    network, given, measured, or (neither) fitted to the oracle's transfers (``plan-ddp``, ``plan-fsdp``)."""
+    options = [
+        click.option("--bandwidth", type=BANDWIDTH, default=None,
+                     help="Link bandwidth β: bps/Gbps, B/s, MB/s … [default: fitted to the oracle's transfers]."),
+        click.option("--latency", type=DURATION, default=None,
+                     help="Per-message latency α: s, ms, us [default: fitted to the oracle's transfers]."),
+        click.option("--measure-network", is_flag=True,
+                     help="Measure α and β with a real gloo transfer to a local process instead."),
+        click.option("--network-timeout", type=FiniteFloat(min=0.5), default=30.0, show_default=True,
+                     help="Seconds any wait of the network measurement may take."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
 def max_work_option(*budgets):
     """``--max-work N``: the one option that raises every work budget of :mod:`dlsched.limits`.
 

@@ -5,7 +5,7 @@ import click
 
 from dlsched import limits
 
-from .common import (BANDWIDTH, DURATION, FiniteFloat, emit_json, exclusive, gather, max_work_option, model_options,
+from .common import (BANDWIDTH, emit_json, exclusive, gather, link_options, max_work_option, model_options,
                      oracle_options)
 
 
@@ -35,14 +35,7 @@ def _sweep(caps, piece_bytes, priority, copy_bandwidth):
 @model_options
 @oracle_options(required=True)
 @click.option("--workers", type=click.IntRange(min=2), required=True, help="DDP processes (world size).")
-@click.option("--bandwidth", type=BANDWIDTH, default=None,
-              help="Link bandwidth β: bps/Gbps, B/s, MB/s … [default: fitted to the oracle's transfers].")
-@click.option("--latency", type=DURATION, default=None,
-              help="Per-message latency α: s, ms, us [default: fitted to the oracle's transfers].")
-@click.option("--measure-network", is_flag=True,
-              help="Measure α and β with a real gloo transfer to a local process instead.")
-@click.option("--network-timeout", type=FiniteFloat(min=0.5), default=30.0, show_default=True,
-              help="Seconds any wait of the network measurement may take.")
+@link_options
 @click.option("--algorithm", type=click.Choice(["ring", "recursive-doubling"]), default="ring", show_default=True,
               help="The all-reduce's algorithm (gloo and NCCL: ring).")
 @gather("link", _link, ("workers", "bandwidth", "latency", "measure_network", "algorithm", "network_timeout"))

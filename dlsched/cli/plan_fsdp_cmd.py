@@ -5,8 +5,8 @@ import click
 
 from dlsched import limits
 
-from .common import (BANDWIDTH, BYTES, DURATION, FiniteFloat, emit_json, exclusive, gather, max_work_option,
-                     model_options, oracle_options)
+from .common import (BANDWIDTH, BYTES, emit_json, exclusive, gather, link_options, max_work_option, model_options,
+                     oracle_options)
 
 
 def _link(workers, bandwidth, latency, measure_network, network_timeout):
@@ -38,14 +38,7 @@ def _options(memory, units, optimizer, copy_bandwidth):
 @click.option("--units", default=None,
               help="Module paths to make fully_shard units, e.g. layers.0,layers.1 [default: every module depth "
                    "with two or more, tried in turn].")
-@click.option("--bandwidth", type=BANDWIDTH, default=None,
-              help="Link bandwidth β: bps/Gbps, B/s, MB/s … [default: fitted to the oracle's transfers].")
-@click.option("--latency", type=DURATION, default=None,
-              help="Per-message latency α: s, ms, us [default: fitted to the oracle's transfers].")
-@click.option("--measure-network", is_flag=True,
-              help="Measure α and β with a real gloo transfer to a local process instead.")
-@click.option("--network-timeout", type=FiniteFloat(min=0.5), default=30.0, show_default=True,
-              help="Seconds any wait of the network measurement may take.")
+@link_options
 @gather("link", _link, ("workers", "bandwidth", "latency", "measure_network", "network_timeout"))
 @click.option("--optimizer", type=click.Choice(["sgd", "momentum", "adam"]), default="sgd", show_default=True,
               help="Optimizer state kept per parameter shard (memory).")
