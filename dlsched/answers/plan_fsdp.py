@@ -23,8 +23,8 @@ from dataclasses import dataclass, replace
 from dlsched.analyses.ddp_step import HostCosts
 from dlsched.analyses.fsdp_step import FsdpNetwork
 from dlsched.atomic import check_writable
-from dlsched.formats.fsdp_plan_file import FsdpPlan, parameter_fingerprint, write_fsdp_plan
-from dlsched.planning.fsdp_plan import FsdpCandidate, FsdpPlanResult, plan_fsdp as make_plan
+from dlsched.formats.fsdp_plan_file import write_fsdp_plan
+from dlsched.planning.fsdp_plan import FsdpCandidate, FsdpPlanResult, plan_file, plan_fsdp as make_plan
 from dlsched.planning.memory import optimizer_copies
 
 from .options import ModelSpec, OracleSpec, load_timed_model
@@ -63,8 +63,7 @@ def plan_fsdp(model: ModelSpec, oracle: OracleSpec, link: Link, options: FsdpOpt
                        optimizer_copies(options.optimizer), max_work)
     report = _report(graph.name, result, source, write_plan)
     if write_plan:
-        fp = parameter_fingerprint((op.name, op.shape or []) for op in graph.recvs())
-        write_fsdp_plan(_plan_file(graph.name, fp, result, report), write_plan)
+        write_fsdp_plan(plan_file(graph, result, {k: report[k] for k in ("default", "plan", "gain")}), write_plan)
     return report
 
 
@@ -79,14 +78,6 @@ def _report(name: str, r: FsdpPlanResult, source: str, write_plan: str | None) -
             "network": source, "memory_budget_bytes": r.budget_bytes, "smallest_peak_bytes": r.smallest_peak_bytes,
             "default": _figures(r.default), "plan": _figures(r.plan), "gain": r.gain,
             "candidates": len(r.candidates), "plan_file": write_plan, "verdict": verdict(r)}
-
-
-def _plan_file(name: str, fingerprint: str, r: FsdpPlanResult, report: dict) -> FsdpPlan:
-    s = r.plan.schedule
-    return FsdpPlan(name, fingerprint, r.network.workers, [(m, s.reshards(m)) for m in r.plan.units],
-                    {k: list(v) for k, v in s.forward_prefetch.items() if v},
-                    {k: list(v) for k, v in s.backward_prefetch.items() if v}, s.unshard_async,
-                    {"default": report["default"], "plan": report["plan"], "gain": report["gain"]})
 
 
 def verdict(r: FsdpPlanResult) -> str:

@@ -39,9 +39,8 @@ from dlsched.analyses.ddp_step import HostCosts
 from dlsched.analyses.fsdp_step import FsdpNetwork, FsdpStepResult, fsdp_step
 from dlsched.analyses.fsdp_units import fsdp_units
 from dlsched.errors import DlschedError
-from dlsched.formats.fsdp_plan_file import FsdpPlan, parameter_fingerprint
 from dlsched.importers.loader import detect_format, load_model
-from dlsched.planning.fsdp_plan import FsdpPlanResult, fsdp_memory, plan_fsdp
+from dlsched.planning.fsdp_plan import FsdpPlanResult, fsdp_memory, plan_file, plan_fsdp
 from dlsched.profiling.network import LinkMeasurement
 from dlsched.runtime import netns
 from dlsched.runtime.hosts import open_hosts
@@ -142,7 +141,7 @@ def run_fsdp_validation(model: str, *, workers: int = 2, rate: str | None = "aut
         say(f"running FSDP2's default and the plan in alternating blocks of {BLOCK} steps: {warmup} + "
             f"{iterations} rounds")
         run = run_fsdp(model, workers=workers, batch=batch, threads=threads,
-                       plan=_plan_file(graph, plan).to_dict(), sizes=allreduce_sizes(max(model_bytes, TIMED_UP_TO)),
+                       plan=plan_file(graph, plan).to_dict(), sizes=allreduce_sizes(max(model_bytes, TIMED_UP_TO)),
                        rounds=iterations, warmup=warmup, block=BLOCK, timeout=timeout, hosts=hosts)
         host_info = {"kind": hosts.kind, "rate": hosts.rate, "note": hosts.note}
     finally:
@@ -150,14 +149,6 @@ def run_fsdp_validation(model: str, *, workers: int = 2, rate: str | None = "aut
     net, compute, optimizer, overhead, predicted = _predict(graph, oracle, run, plan, model_bytes, workers)
     return FsdpValidation(model, workers, batch, threads, host_info, plan, run, net, compute, optimizer, predicted,
                           iterations, time.monotonic() - t0, overhead)
-
-
-def _plan_file(graph, plan: FsdpPlanResult) -> FsdpPlan:
-    s = plan.plan.schedule
-    fp = parameter_fingerprint((op.name, op.shape or []) for op in graph.recvs())
-    return FsdpPlan(graph.name, fp, plan.network.workers, [(m, s.reshards(m)) for m in plan.plan.units],
-                    {k: list(v) for k, v in s.forward_prefetch.items() if v},
-                    {k: list(v) for k, v in s.backward_prefetch.items() if v}, s.unshard_async)
 
 
 def _predict(graph, oracle, run: FsdpRun, plan: FsdpPlanResult, model_bytes: float,

@@ -42,6 +42,7 @@ from dlsched.analyses.fsdp_step import FsdpMemory, FsdpNetwork, FsdpSchedule, Fs
 from dlsched.analyses.fsdp_units import ROOT, FsdpUnit, fsdp_units
 from dlsched.dag import Graph
 from dlsched.errors import DlschedError
+from dlsched.formats.fsdp_plan_file import FsdpPlan, parameter_fingerprint
 
 from .memory import fmt_bytes, saved_activations, static_estimate
 
@@ -174,3 +175,12 @@ def plan_fsdp(graph: Graph, times: Mapping[str, float], network: FsdpNetwork, me
     plan = min(fits, key=lambda c: (round(c.step.step_s, 12), c.step.peak_bytes))
     default = next(c for c in tried if c.units == plan.units and c.kept == 0 and c.depth == 0)
     return FsdpPlanResult(plan, default, tuple(tried), memory_bytes, smallest, network)
+
+
+def plan_file(graph: Graph, result: FsdpPlanResult, predicted: dict | None = None) -> FsdpPlan:
+    """The plan as :func:`dlsched.hooks.fsdp.apply_plan` reads it, fingerprinted with ``graph``'s parameters."""
+    s = result.plan.schedule
+    fp = parameter_fingerprint((op.name, op.shape or []) for op in graph.recvs())
+    return FsdpPlan(graph.name, fp, result.network.workers, [(m, s.reshards(m)) for m in result.plan.units],
+                    {k: list(v) for k, v in s.forward_prefetch.items() if v},
+                    {k: list(v) for k, v in s.backward_prefetch.items() if v}, s.unshard_async, predicted or {})
