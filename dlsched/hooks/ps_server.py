@@ -13,10 +13,42 @@ slice before its parameters, its report after its gradients.
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from dlsched.runtime.ps_config import PSConfig
 from dlsched.runtime.ps_failures import PSTrainingError, transfer_failure, wait_transfer
 from dlsched.runtime.ps_protocol import Tags, send_order, worker_rank
+
+
+def _send_all(cfg: PSConfig, rank: int, w: int, it: int, order: list[str], params: dict) -> dict:
+    """Send worker ``w`` its parameters of iteration ``it`` in ``order``, ``cfg.window`` in flight at most;
+    returns when each send was posted.
+
+    One thread per worker, as TicTac has one gRPC channel per worker–server
+    pair: in one loop over positions the server could not post a worker's
+    next send before every other worker's previous one had completed, so one
+    worker's large tensor held up the other's small ones (under random orders,
+    which differ per worker, it served the workers nearly in turn, not side by
+    side as the simulator's ``fair`` links do; issue 33).
+    """
+    import torch.distributed as dist
+    tags, posted, inflight = Tags(cfg.order), {}, []
+    try:
+        for pos, n in enumerate(order):
+            if pos >= cfg.window:
+                wait_transfer(inflight[pos - cfg.window], f"server {rank}: sending {order[pos - cfg.window]!r} "
+                              f"to worker {w} in iteration {it}", cfg.timeout)
+            posted[n] = time.perf_counter()
+            inflight.append(dist.isend(params[n].data, worker_rank(cfg, w), tag=tags.param(n)))
+    except PSTrainingError:
+        raise
+    except Exception as e:
+        raise transfer_failure(f"server {rank}: posting transfers to worker {w} in iteration {it} failed", e) \
+            from None
+    for pos in range(max(0, len(inflight) - cfg.window), len(inflight)):  # gloo hangs on a second wait
+        wait_transfer(inflight[pos], f"server {rank}: sending {order[pos]!r} to worker {w} in iteration {it}",
+                      cfg.timeout)
+    return posted
 
 
 def run_server(cfg: PSConfig, rank: int, module) -> dict:
@@ -39,6 +71,7 @@ def run_server(cfg: PSConfig, rank: int, module) -> dict:
         from dlsched.runtime.batch_manager import BatchManager
         manager = BatchManager(cfg)
     sent = []  # when each send was posted, per worker and iteration (the transfer's start, for the timeline)
+    senders = ThreadPoolExecutor(max_workers=cfg.workers, thread_name_prefix="dlsched-send")
     for it in range(cfg.iterations):
         back = []  # gradient (or done-token) receives, posted before the sends
         try:
@@ -53,26 +86,10 @@ def run_server(cfg: PSConfig, rank: int, module) -> dict:
                     tok = torch.zeros(1)
                     back.append((w, {}, [("done", dist.irecv(tok, worker_rank(cfg, w), tag=tags.done))]))
             orders = [send_order(cfg, rank, w, it) for w in range(cfg.workers)]
-            inflight: list[list] = [[] for _ in range(cfg.workers)]
-            posted: list[dict] = [{} for _ in range(cfg.workers)]
-            for pos in range(len(own)):
-                for w in range(cfg.workers):
-                    if pos >= cfg.window:
-                        wait_transfer(inflight[w][pos - cfg.window], f"server {rank}: sending "
-                                      f"{orders[w][pos - cfg.window]!r} to worker {w} in iteration {it}", cfg.timeout)
-                    n = orders[w][pos]
-                    posted[w][n] = time.perf_counter()
-                    inflight[w].append(dist.isend(params[n].data, worker_rank(cfg, w), tag=tags.param(n)))
-            sent += [{"worker": w, "iteration": it, "times": posted[w]} for w in range(cfg.workers)]
-        except PSTrainingError:
-            raise
+            jobs = [senders.submit(_send_all, cfg, rank, w, it, orders[w], params) for w in range(cfg.workers)]
         except Exception as e:
             raise transfer_failure(f"server {rank}: posting transfers in iteration {it} failed", e) from None
-        for w in range(cfg.workers):
-            # earlier ones were waited in the loop; gloo hangs on a second wait
-            for pos in range(max(0, len(inflight[w]) - cfg.window), len(inflight[w])):
-                wait_transfer(inflight[w][pos], f"server {rank}: sending {orders[w][pos]!r} to worker {w} "
-                              f"in iteration {it}", cfg.timeout)
+        sent += [{"worker": w, "iteration": it, "times": j.result()} for w, j in enumerate(jobs)]
         for w, _, works in back:
             for n, h in works:
                 wait_transfer(h, f"server {rank}: receiving "
@@ -85,5 +102,6 @@ def run_server(cfg: PSConfig, rank: int, module) -> dict:
             opt.step()
         if manager:
             manager.finish(it)
+    senders.shutdown(wait=False)
     out = {"params": {n: params[n].detach().clone() for n in own}, "sent": sent}
     return {**out, **manager.result()} if manager else out
