@@ -122,7 +122,16 @@ def one(part: str, hog: bool) -> dict:
     return {"part": part, "hog": hog, "rate": out["hosts"]["rate"], "cpu": cpu_model(), "load": load_averages(),
             "seconds": time.monotonic() - t0, "link_models": out["link_models"],
             "orders": {k: {x: v.get(x) for x in keep} for k, v in rows.items()},
-            "compute_beside_transfers": out["oracle"]["compute_beside_transfers"], "order_check": check}
+            "compute_beside_transfers": out["oracle"]["compute_beside_transfers"], "order_check": check,
+            "link_mbit": out["oracle"]["bandwidth_bytes_per_s"] * 8e-6,
+            "compute_per_worker_s": out["oracle"]["compute_per_worker_s"]}
+
+
+def _label(run: dict, runs: list) -> str:
+    """``1``, ``2``, … for quiet runs, ``hog`` (``hog 1``, ``hog 2``, … if several) for runs beside a hog."""
+    same = [x for x in runs if x["hog"] == run["hog"]]
+    i = next(k for k, x in enumerate(same) if x is run) + 1
+    return str(i) if not run["hog"] else "hog" if len(same) == 1 else f"hog {i}"
 
 
 def _spread(xs) -> str:
@@ -135,27 +144,28 @@ def report(runs: list) -> str:
     lines = ["# `dlsched validate` at its defaults (issue 33)", "",
              f"CPU: {cpu_model()}. `dlsched validate MODEL --mode M --batch B --orders random,tac --json`, everything "
              "else at its default (20 measured iterations, 3 warm-up rounds, `--rate auto`, fair links); 3 repeats "
-             "per configuration on a quiet machine, and one with a busy loop on one core beside the cluster. Errors "
+             "per configuration on a quiet machine, and one or more with a busy loop on one core beside the cluster. Errors "
              "are predicted less measured, relative for times, absolute for the TAC/random ratio; brackets: the "
              "run's 95% bootstrap interval of the ratio error; f: the fitted slow-down of compute beside the "
              "worker's own transfers.", "",
-             "| configuration | run | rate | fitted f | random mean err | TAC mean err | random p95 err | TAC p95 err "
+             "| configuration | run | rate | link measured | fitted f | random mean err | TAC mean err | random p95 err | TAC p95 err "
              "| TAC/random measured | predicted | error [95% interval] | verdict |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     discarded = [x for x in runs if x.get("discarded")]
     runs = [x for x in runs if not x.get("discarded")]
     for part in PARTS:
         mine = sorted((x for x in runs if x["part"] == part), key=lambda x: x["hog"])  # quiet runs first
-        for i, r in enumerate(mine):
+        for r in mine:
             o, t = r["orders"]["random"], r["orders"]["tac"]
             ci = t["ratio_error_ci"]
             f = r["compute_beside_transfers"].split(":")[0]
-            lines.append(f"| {part} | {'hog' if r['hog'] else i + 1} | {r['rate']} | {f} | {o['mean_error']:+.1%} | "
+            link = f"{r['link_mbit']:.0f} Mbit/s" if r.get("link_mbit") else "-"
+            lines.append(f"| {part} | {_label(r, mine)} | {r['rate']} | {link} | {f} | {o['mean_error']:+.1%} | "
                          f"{t['mean_error']:+.1%} | {o['p95_error']:+.1%} | {t['p95_error']:+.1%} | "
                          f"{t['measured_ratio']:.3f} | {t['predicted_ratio']:.3f} | {t['ratio_error']:+.3f} "
                          f"[{ci[0]:+.2f}, {ci[1]:+.2f}] | {t['ratio_verdict']} |")
     lines += ["", "## Against the targets", "", "| configuration | median ratio error (quiet runs) | worst run "
-              "| worst mean err | worst p95 err | hog: mean err, ratio err |", "|---|---|---|---|---|---|"]
+              "| worst mean err | worst p95 err | hog, worst run: mean err, ratio err |", "|---|---|---|---|---|---|"]
     checks = []
     for part in PARTS:
         quiet = [x for x in runs if x["part"] == part and not x["hog"]]
@@ -166,9 +176,9 @@ def report(runs: list) -> str:
         means = [e for x in quiet for e in (x["orders"]["random"]["mean_error"], x["orders"]["tac"]["mean_error"])]
         p95s = [e for x in quiet for e in (x["orders"]["random"]["p95_error"], x["orders"]["tac"]["p95_error"])]
         med, worst = statistics.median(errs), max(errs, key=abs)
-        h = hog[0] if hog else None
-        hm = max((h["orders"][k]["mean_error"] for k in ("random", "tac")), key=abs) if h else None
-        hr = h["orders"]["tac"]["ratio_error"] if h else None
+        h = hog or None  # the worst of the runs beside a hog
+        hm = max((x["orders"][k]["mean_error"] for x in hog for k in ("random", "tac")), key=abs) if h else None
+        hr = max((x["orders"]["tac"]["ratio_error"] for x in hog), key=abs) if h else None
         lines.append(f"| {part} | {med:+.3f} | {worst:+.3f} | {max(means, key=abs):+.1%} | {max(p95s, key=abs):+.1%} "
                      f"| {'-' if h is None else f'{hm:+.1%}, {hr:+.3f}'} |")
         checks += [(f"{part}: median ratio error within ±0.05", abs(med) <= 0.05),
@@ -187,10 +197,11 @@ def report(runs: list) -> str:
               "| max |z| of a place |",
               "|---|---|---|---|---|---|"]
     for part in PARTS:
-        for i, r in enumerate(x for x in runs if x["part"] == part):
+        mine = [x for x in runs if x["part"] == part]
+        for r in mine:
             c = r["order_check"]
             if c.get("orders"):
-                lines.append(f"| {part} | {'hog' if r['hog'] else i + 1} | {c['orders']} × "
+                lines.append(f"| {part} | {_label(r, mine)} | {c['orders']} × "
                              f"{c['transfers_per_order']:.0f} | {c['mean_spearman']:+.3f} | "
                              f"{c['standard_error']:.3f} | "
                              f"{c['max_place_z']:.2f} (of {c['parameters']}) |")
@@ -206,6 +217,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--part", choices=PARTS + ["all"], default="all")
     ap.add_argument("--hog", action="store_true", help="the run beside a CPU hog (once per configuration)")
+    ap.add_argument("--hog-runs", type=int, default=1, help="with --hog: runs per configuration [1]")
     ap.add_argument("--report", action="store_true", help="only write the report from the runs saved")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so a killed bench stops its CPU hog too
@@ -216,7 +228,7 @@ def main() -> int:
         for part in PARTS if args.part == "all" else [args.part]:
             runs = _load()
             have = [x for x in runs if x["part"] == part and x["hog"] == args.hog and not x.get("discarded")]
-            for _ in range((1 if args.hog else REPEATS) - len(have)):
+            for _ in range((args.hog_runs if args.hog else REPEATS) - len(have)):
                 r = one(part, args.hog)
                 runs = _load() + [r]
                 _save(runs)

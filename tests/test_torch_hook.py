@@ -31,6 +31,17 @@ def wide_mlp(layers: int = 5, width: int = 2048):
     return nn.Sequential(*mods), (torch.randn(2, width),)
 
 
+def one_big_tensor(width: int = 4096):
+    """A 64 MB weight and six small ones: the big transfer lasts long on loopback, the small ones not."""
+    import torch
+    from torch import nn
+    torch.manual_seed(0)
+    mods = [nn.Linear(width, width, bias=False), nn.Linear(width, 8)]
+    for _ in range(5):
+        mods += [nn.ReLU(), nn.Linear(8, 8)]
+    return nn.Sequential(*mods), (torch.randn(2, width),)
+
+
 def _cfg(model, order=None, **kw):
     from dlsched.hooks.torch_ps import PSConfig, order_from_module
     kw.setdefault("timeout", 60)
@@ -93,6 +104,34 @@ def test_transfers_follow_the_priority_order():
                             unordered=True))
     assert len({tuple(r.arrival_order()) for r in run.timeline.records}) > 1
     _assert_runs_in_order(run.timeline.records, lambda r: r.sent_order[0])
+
+
+def test_server_sends_to_each_worker_on_its_own():
+    """One worker's large transfer does not hold up the server's sends to another worker (one channel per
+    worker-server pair, as the simulator's fair links assume). Under unordered sends the workers' orders
+    differ. With a window of one, the server posts worker a's next tensor after the 64 MB one at position
+    p has gone; meanwhile it has posted worker b's tensors beyond p + 1. A server that posted both workers'
+    sends in one loop over positions could not (program order: b's post p + 2 came after a's post p + 1)."""
+    from dlsched.hooks.torch_ps import launch_local, order_from_module
+    model = "tests/test_torch_hook.py:one_big_tensor"
+    names = order_from_module(model)
+    big = names[0]
+    run = launch_local(_cfg(model, names, servers=1, workers=2, iterations=8, batch=2, mode="inference",
+                            unordered=True))
+    by = {}
+    for r in run.timeline.records:
+        by.setdefault(r.iteration, {})[r.worker] = r
+    ahead = []  # per (iteration, worker a with the big one not last): b's posts beyond p + 1 before a's p + 1
+    for recs in by.values():
+        for a in recs.values():
+            order = a.sent_order[0]
+            p = order.index(big)
+            if p + 1 < len(order):
+                for b in recs.values():
+                    if b is not a:
+                        later = b.sent_order[0][p + 2:]
+                        ahead.append(sum(b.sent[n] < a.sent[order[p + 1]] for n in later))
+    assert ahead and max(ahead) >= 3, ahead
 
 
 def test_rotation_interleaves_orders_per_iteration():
