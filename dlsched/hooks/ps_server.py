@@ -20,7 +20,7 @@ from dlsched.runtime.ps_failures import PSTrainingError, transfer_failure, wait_
 from dlsched.runtime.ps_protocol import Tags, send_order, worker_rank
 
 
-def _send_all(cfg: PSConfig, rank: int, w: int, it: int, order: list[str], params: dict) -> dict:
+def _send_all(cfg: PSConfig, rank: int, w: int, it: int, order: list[str], params: dict, tags: Tags) -> dict:
     """Send worker ``w`` its parameters of iteration ``it`` in ``order``, ``cfg.window`` in flight at most;
     returns when each send was posted.
 
@@ -32,7 +32,7 @@ def _send_all(cfg: PSConfig, rank: int, w: int, it: int, order: list[str], param
     side as the simulator's ``fair`` links do; issue 33).
     """
     import torch.distributed as dist
-    tags, posted, inflight = Tags(cfg.order), {}, []
+    posted, inflight = {}, []
     try:
         for pos, n in enumerate(order):
             if pos >= cfg.window:
@@ -86,7 +86,9 @@ def run_server(cfg: PSConfig, rank: int, module) -> dict:
                     tok = torch.zeros(1)
                     back.append((w, {}, [("done", dist.irecv(tok, worker_rank(cfg, w), tag=tags.done))]))
             orders = [send_order(cfg, rank, w, it) for w in range(cfg.workers)]
-            jobs = [senders.submit(_send_all, cfg, rank, w, it, orders[w], params) for w in range(cfg.workers)]
+            jobs = [senders.submit(_send_all, cfg, rank, w, it, orders[w], params, tags) for w in range(cfg.workers)]
+        except PSTrainingError:
+            raise
         except Exception as e:
             raise transfer_failure(f"server {rank}: posting transfers in iteration {it} failed", e) from None
         sent += [{"worker": w, "iteration": it, "times": j.result()} for w, j in enumerate(jobs)]
