@@ -144,3 +144,17 @@ def test_step_shape_packs_in_the_ready_order(graphs):
     g = graphs["transformer"]
     shape = step_shape(g, {op.name: 1e-3 for op in g.ops()})
     assert list(shape.bucket_bytes) == [b.bytes for b in ddp_buckets_of(g)]
+
+
+def test_resnet50_buckets_equal_a_real_nccl_ddp_trace_on_a_gpu():
+    """A real CUDA trace (benchmarks/gpu_check.sh: torch 2.11 DDP over NCCL on an H200, ResNet-50 in fp32,
+    torch's default cap): its five all-reduces per step carry exactly the predicted, rebuilt buckets."""
+    from dlsched.analyses.trace_collectives import ddp_buckets
+    from dlsched.formats.kineto_trace import read_kineto
+    from tests.conftest import REPO
+
+    traced = ddp_buckets(read_kineto(REPO / "benchmarks/results/gpu/ddp_resnet50_h200_rank0.json.gz"))
+    g = load_model("examples/torch_models.py:resnet50", mode="training", batch=1)
+    predicted = [b.bytes // 4 for b in ddp_buckets_of(g)]
+    assert predicted == [2_049_000, 7_875_584, 6_563_840, 6_637_568, 2_431_040]
+    assert [list(e) for _, e in traced.groupby("step")["elements"]] == [predicted] * 3

@@ -98,3 +98,20 @@ def test_two_files_of_one_rank_are_refused(tmp_path):
     (tmp_path / "x.json.gz").write_bytes(a.read_bytes())
     (tmp_path / "y.json.gz").write_bytes(a.read_bytes())
     assert_clean_error(run_cli("trace", tmp_path), "rank 34")
+
+
+def test_a_host_bound_gpu_step_is_named_and_gets_no_e():
+    """A real DDP step over NCCL on an H200 (benchmarks/gpu_check.sh): 17 ms of ResNet-50 kernels in a device
+    makespan of 50 ms and more, the GPU waiting for launches. No order of the streams explains it: no E, a note."""
+    from tests.conftest import REPO
+
+    proc = run_cli("trace", REPO / "benchmarks/results/gpu/ddp_resnet50_h200_rank0.json.gz", "--json",
+                   "--no-replay")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert [n for n in out["notes"] if n.startswith("host-bound: in 3 of 3 device steps")]
+    for b in out["bounds"]:
+        assert b["resources"] == "device" and b["efficiency"] is None
+        assert 0.015 < b["compute"] < 0.02 and b["idle"] > b["compute"] and b["model_error"] > 0
+    clean = run_cli("trace", shared_trace("ddp_resnet18_actckpt_8xMI300X_rank0.json.gz"), "--json", "--no-replay")
+    assert not [n for n in json.loads(clean.stdout)["notes"] if n.startswith("host-bound")]

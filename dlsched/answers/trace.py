@@ -186,6 +186,30 @@ def trace(paths: Sequence[str | Path], options: TraceOptions = TraceOptions()) -
         notes.append("no ProfilerStep#N in every trace: figures are over the whole trace; record with "
                      "torch.profiler's schedule and prof.step() for per-step figures and cross-rank matching")
     files = {str(r): str(t.path) for r, t in ta.by_rank.items()}
+    bounds = ta.bounds()
+    notes += filter(None, [_host_bound(bounds)])
     return TraceReport(files=files, breakdown=ta.breakdown(), hta=ta.hta(), collectives=ta.collectives(),
-                       buckets=ta.buckets(), bounds=ta.bounds(), replay=ta.replay() if options.replay else None,
+                       buckets=ta.buckets(), bounds=bounds, replay=ta.replay() if options.replay else None,
                        ranks=ranks, notes=notes)
+
+
+def _host_bound(bounds: pd.DataFrame) -> str | None:
+    """A note when device steps lie above U: the GPU idled between the step's own kernels, waiting for launches.
+
+    No order of the compute and collective streams explains such a step (a ResNet-50 DDP step on an H200 ran
+    17 ms of kernels in a 54 ms device makespan), so its E is withheld; this says why in the user's terms.
+    """
+    if bounds.empty or "model_error" not in bounds:
+        return None
+    dev = bounds[bounds["resources"] == "device"]
+    late = dev[dev["model_error"] > 0]
+    if late.empty:
+        return None
+    share = (late["idle"] / late["makespan"]).median()
+    return (f"host-bound: in {len(late)} of {len(dev)} device steps the GPU idled between the step's own kernels "
+            f"longer than any overlap explains (median {share:.0%} of the device makespan, "
+            f"{late['idle'].median() * 1e3:,.1f} ms): nothing was queued, as the host was still launching work, "
+            f"loading data or waiting on a synchronising call (.item(), a CPU collective). Those steps have no E: "
+            f"the order of compute and collectives is not what sets their time. The host's work per step does: "
+            f"larger kernels (a larger batch), CUDA graphs or torch.compile shorten launching, and the "
+            f"profiler's own cost (record_shapes, with_stack) adds to it")
