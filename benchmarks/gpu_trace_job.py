@@ -38,9 +38,15 @@ if a.dp == "ddp":
     model = torch.nn.parallel.DistributedDataParallel(module, device_ids=[local] if gpu else None)
 else:
     from torch.distributed.fsdp import fully_shard
-    for child in module.children():
-        if any(p.requires_grad for p in child.parameters()):
-            fully_shard(child)
+
+    def units(m):  # the root's children with parameters, looking into containers (fully_shard needs a forward)
+        for c in m.children():
+            if isinstance(c, (torch.nn.ModuleList, torch.nn.ModuleDict)):
+                yield from units(c)
+            elif any(p.requires_grad for p in c.parameters()):
+                yield c
+    for unit in list(units(module)):
+        fully_shard(unit)
     model = fully_shard(module)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 

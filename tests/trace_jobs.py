@@ -54,7 +54,7 @@ HEAVY_LOCK = "/tmp/dlsched-heavy.lock"
 
 def ddp_traces(folder: str | Path, ranks: int = 2, slow_rank: int | None = None, *, steps: int = 5,
                model: str = "small_cnn", batch: int = 32, slow_share: float = 0.25, slow_sleep_s: float = 0.08,
-               slow_by: str = "auto", timeout: float = 240) -> Path:
+               slow_by: str = "auto", timeout: float = 240, dp: str = "ddp") -> Path:
     """A folder of one profiler trace per rank of a real DDP job (module docstring); cached.
 
     Parameters
@@ -75,6 +75,9 @@ def ddp_traces(folder: str | Path, ranks: int = 2, slow_rank: int | None = None,
         ``"cgroup"``, ``"sleep"`` or ``"auto"`` (cgroup when one can be made here).
     timeout : float
         Limit of the whole job in seconds.
+    dp : str
+        ``"ddp"``, or ``"fsdp"``: FSDP2, ``fully_shard`` on each child module with parameters (looking
+        into containers), then on the root.
 
     Returns
     -------
@@ -86,7 +89,7 @@ def ddp_traces(folder: str | Path, ranks: int = 2, slow_rank: int | None = None,
 
     if slow_by == "auto":
         slow_by = "cgroup" if slow_rank is not None and cgroups.unavailable() is None else "sleep"
-    key = f"{VERSION}-{model}-b{batch}-r{ranks}-s{steps}" + (
+    key = f"{VERSION}-{'' if dp == 'ddp' else dp + '-'}{model}-b{batch}-r{ranks}-s{steps}" + (
         f"-slow{slow_rank}-{slow_by}{slow_share if slow_by == 'cgroup' else slow_sleep_s:g}"
         if slow_rank is not None else "")
     out = Path(folder) / key
@@ -100,7 +103,7 @@ def ddp_traces(folder: str | Path, ranks: int = 2, slow_rank: int | None = None,
         tmp = Path(folder) / f".{key}.{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         (tmp / "traces").mkdir(parents=True)
-        config = {"world": ranks, "steps": steps, "model": model, "batch": batch, "out": str(tmp / "traces"),
+        config = {"world": ranks, "steps": steps, "model": model, "batch": batch, "out": str(tmp / "traces"), "dp": dp,
                   "slow_rank": slow_rank, "slow_by": slow_by, "slow_sleep_s": slow_sleep_s, "cgroup": None}
         group = cgroups.CpuCgroup(slow_share, name="dlsched-trace") if slow_by == "cgroup" else None
         try:
@@ -268,7 +271,8 @@ def _run_rank(cfg: dict, rank: int, init: str) -> dict:
     if slow and cfg["slow_by"] == "sleep":
         delay = cfg["slow_sleep_s"]
         module.register_forward_pre_hook(lambda m, a: time.sleep(delay))
-    ddp = torch.nn.parallel.DistributedDataParallel(module)
+    fsdp = cfg.get("dp") == "fsdp"
+    ddp = _fully_shard(module) if fsdp else torch.nn.parallel.DistributedDataParallel(module)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
     y = torch.zeros(x.shape[0], dtype=torch.long)
     if slow and cfg["cgroup"]:
@@ -286,6 +290,11 @@ def _run_rank(cfg: dict, rank: int, init: str) -> dict:
             walls.append(time.perf_counter() - t)
             prof.step()
     prof.export_chrome_trace(str(Path(cfg["out"]) / f"rank{rank}.json"))
+    if fsdp:
+        dist.barrier()
+        return {"rank": rank, "step_wall_s": walls[WAIT + WARMUP:],
+                "units": {name: int(sum(p.numel() for p in m.parameters()))
+                          for name, m in module.named_modules() if any(m is u for u in _UNITS)}}
     logging = ddp._get_ddp_logging_data()
     reducer_buckets = [[int(t.numel()) for t in b] for b in _reducer_buckets(ddp)]
     result = {"rank": rank, "bucket_sizes_bytes": _ints(logging.get("bucket_sizes")),
@@ -295,6 +304,26 @@ def _run_rank(cfg: dict, rank: int, init: str) -> dict:
               "step_wall_s": walls[WAIT + WARMUP:]}
     dist.barrier()
     return result
+
+
+_UNITS: list = []
+
+
+def _fully_shard(module):
+    """FSDP2 as a user shards a model: each child with parameters (into containers), then the root."""
+    import torch
+    from torch.distributed.fsdp import fully_shard
+
+    def units(m):
+        for c in m.children():
+            if isinstance(c, (torch.nn.ModuleList, torch.nn.ModuleDict)):
+                yield from units(c)
+            elif any(p.requires_grad for p in c.parameters()):
+                yield c
+    _UNITS[:] = list(units(module))
+    for u in _UNITS:
+        fully_shard(u)
+    return fully_shard(module)
 
 
 def _ints(v) -> list[int]:

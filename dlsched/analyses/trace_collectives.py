@@ -18,7 +18,10 @@ them would count one collective three or four times, so they are linked first:
 - gloo runs the collective on a worker thread of its own, so ``gloo:*`` does
   not nest under the ``c10d::`` op that queued it: it is linked to the earliest
   unlinked collective of the same name and size queued before it (gloo's work
-  queue is first in, first out).
+  queue is first in, first out). gloo runs a reduce-scatter as an all-reduce of
+  the whole input (``gloo:all_reduce`` under ``c10d::_reduce_scatter_base_``,
+  FSDP2 on CPU): such an all-reduce left unlinked is linked to the reduce-scatter
+  of that input's size.
 
 Collectives issued together under one coalescing manager nest in one record
 and count as one, as NCCL runs them as one. What is left unnamed is not a collective: ``record_param_comms`` named
@@ -212,10 +215,10 @@ def _describe(c: _Coll, trace: KinetoTrace) -> dict | None:
     kargs = next((a for *_, a in c.kernels if a and a.get("Collective name")), None)
     names = [(a or {}).get("Collective name") for a in rpc] + [(kargs or {}).get("Collective name")]
     name = next((collective_name(n) for n in names if isinstance(n, str) and n), "")
+    if not name and c10d:  # what the program called: gloo may run it as another collective
+        name = collective_name(c10d[0][0])
     if not name and backend:
         name = collective_name(backend[0][0])
-    if not name and c10d:
-        name = collective_name(c10d[0][0])
     if not name and c.kernels:
         name = _kernel_collective(c.kernels[0][3])
     if not name or name == "wait":
@@ -329,8 +332,11 @@ def collectives(trace: KinetoTrace) -> pd.DataFrame:
     for b in sorted(alone, key=lambda c: c.ts):
         bname, bargs = b.members[0]
         want, size = collective_name(bname), _arg_dims(bargs, 0)
-        line = waiting.get((want, size)) or waiting.get((want, -1))
-        if line and line[0].ts <= b.ts:  # first in, first out
+        lines = [waiting.get((want, size)), waiting.get((want, -1))]
+        if want == "allreduce":  # gloo reduce-scatters by all-reducing the whole input (FSDP2 on CPU)
+            lines.append(waiting.get(("reduce_scatter", size)))
+        line = next((q for q in lines if q and q[0].ts <= b.ts), None)
+        if line:  # first in, first out
             line.popleft().backend.append((bname, b.ts, b.end, bargs))
         else:
             kept.append(b)

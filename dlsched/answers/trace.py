@@ -16,7 +16,9 @@ each analysis is one method over them, each a pure function of
 - :meth:`~TraceAnalysis.bounds`: TicTac's U, L and E per rank and step
   (``trace_bounds``);
 - :meth:`~TraceAnalysis.replay`: the step rebuilt as a DAG and replayed, against
-  its measured time (``trace_replay``).
+  its measured time (``trace_replay``);
+- :meth:`~TraceAnalysis.fsdp`: an FSDP2 job's units and the order of their
+  all-gathers and reduce-scatters (``trace_fsdp``).
 
 :func:`trace` runs them all and returns one JSON-able :class:`TraceReport`.
 """
@@ -119,6 +121,13 @@ class TraceAnalysis:
         return pd.concat([ddp_buckets(t, self._collectives[r]).assign(rank=r) for r, t in self.by_rank.items()],
                          ignore_index=True)
 
+    def fsdp(self) -> pd.DataFrame:
+        """Each FSDP2 all-gather and reduce-scatter per rank and step, with its unit and phase."""
+        from dlsched.analyses.trace_fsdp import fsdp_collectives
+
+        return pd.concat([fsdp_collectives(t, self._collectives[r]).assign(rank=r)
+                          for r, t in self.by_rank.items()], ignore_index=True)
+
     def ranks(self, clock: str = "step"):
         """Steps aligned across ranks, collectives matched, stragglers (a ``RankReport``)."""
         from dlsched.analyses.trace_ranks import rank_report
@@ -153,6 +162,7 @@ class TraceReport:
     replay: pd.DataFrame | None = None
     ranks: object = None
     notes: list = field(default_factory=list)
+    fsdp: pd.DataFrame | None = None
 
     def to_dict(self) -> dict:
         """The JSON object of ``--json`` (numpy scalars and NaN are turned into JSON by the CLI's ``emit_json``)."""
@@ -162,7 +172,7 @@ class TraceReport:
         out = {"files": self.files, "notes": self.notes, "per_step": rows(self.breakdown), "hta": rows(self.hta),
                "bounds": rows(self.bounds), "replay": rows(self.replay),
                "collectives": rows(self.collectives.drop(columns=["group_ranks"], errors="ignore")),
-               "buckets": rows(self.buckets)}
+               "buckets": rows(self.buckets), "fsdp": rows(self.fsdp)}
         if self.ranks is not None:
             out.update(steps=self.ranks.steps, dropped=self.ranks.dropped, clock=self.ranks.clock,
                        stragglers=rows(self.ranks.stragglers), matches=rows(self.ranks.matches))
@@ -190,7 +200,7 @@ def trace(paths: Sequence[str | Path], options: TraceOptions = TraceOptions()) -
     notes += filter(None, [_host_bound(bounds)])
     return TraceReport(files=files, breakdown=ta.breakdown(), hta=ta.hta(), collectives=ta.collectives(),
                        buckets=ta.buckets(), bounds=bounds, replay=ta.replay() if options.replay else None,
-                       ranks=ranks, notes=notes)
+                       ranks=ranks, notes=notes, fsdp=ta.fsdp())
 
 
 def _host_bound(bounds: pd.DataFrame) -> str | None:

@@ -24,6 +24,7 @@ def print_report(report) -> None:
         f"{r}: {Path(p).name if where else p}" for r, p in report.files.items()), soft_wrap=True)
     _per_step(report)
     _collectives(report)
+    _fsdp(report.fsdp)
     if report.ranks is not None and len(report.files) > 1:
         _stragglers(report.ranks)
     _hta(report.hta)
@@ -106,6 +107,29 @@ def _collectives(report) -> None:
             console.print(f"DDP buckets, rank {int(grp['rank'].iloc[0])} step {step}: {sizes} elements "
                           f"({grp['dtype'].iloc[0]})")
             break
+
+
+def _fsdp(found) -> None:
+    """An FSDP2 job's units (the first rank's), and the order of its first step's collectives."""
+    from dlsched.analyses.trace_fsdp import fsdp_units
+
+    if found is None or found.empty:
+        return
+    rank = found["rank"].min()
+    mine = found[found["rank"] == rank]
+    u = fsdp_units(mine)
+    rows = [(x.unit, f"{x.elements:,}", f"{x.forward:g}", f"{x.backward:g}", f"{x.prefetched:g}",
+             _ms(x.all_gather_us), _ms(x.reduce_scatter_us)) for x in u.itertuples()]
+    console.print(column_table(f"FSDP2 units, rank {rank}, per step (AG all-gather, RS reduce-scatter)",
+                               ("unit", "elements", "AG fwd", "AG bwd", "prefetched", "AG ms", "RS ms"), rows,
+                               left=("unit",)))
+    first = mine[mine["step"] == mine["step"].min()]
+    for kind, label in (("all_gather", "all-gathers"), ("reduce_scatter", "reduce-scatters")):
+        k = first[first["kind"] == kind]
+        order = [f"{x.unit}{'*' if x.prefetched else ''}" + (" |" if x.phase == "forward" and nxt == "backward"
+                 else "") for x, nxt in zip(k.itertuples(), list(k["phase"].iloc[1:]) + [None])]
+        console.print(f"{label} of step {first['step'].iloc[0]} in launch order: {' '.join(order)}", soft_wrap=True)
+    console.print("(* prefetched; | forward ends)")
 
 
 def _stragglers(ranks) -> None:
