@@ -353,3 +353,21 @@ def test_a_plan_that_does_not_fit_is_refused_before_sharding(change, needle, tmp
         apply_plan(model, tmp_path / "plan.json")
     assert needle in str(e.value)
     assert not any(type(m).__name__.startswith("FSDP") for m in model.modules())  # nothing was sharded
+
+
+@pytest.mark.timeout(240)
+def test_another_models_plan_under_torchrun_ends_every_rank_with_exit_2(tmp_path):
+    """The user's script under torchrun, given a plan made for another model: each rank prints one
+    ``dlsched: error:`` paragraph and exits 2 (torchrun reports it and exits 1), and nothing hangs."""
+    _toy_plan(tmp_path / "plan.json", fingerprint="0123456789abcdef")
+    proc = _start(_torchrun("--standalone", "--nproc-per-node", "2", str(EXAMPLES / "fsdp_train.py"),
+                            "--plan", str(tmp_path / "plan.json")), tmp_path / "log", _env())
+    rc, = _finish([proc], 180, [tmp_path / "log"])
+    text = (tmp_path / "log").read_text(errors="replace")
+    assert rc == 1, text[-3000:]
+    errors = [ln for ln in text.splitlines() if ln.startswith("dlsched: error: ")]
+    assert len(errors) == 2 and all("was made for model 'toy' (parameters 0123456789abcdef)" in e
+                                    for e in errors), text[-3000:]
+    assert re.search(r"exitcode\s*:\s*2\b", text), text[-3000:]
+    assert "Traceback" not in text.split("failed (exitcode")[0], text[-3000:]  # the ranks' own output; the
+    # traceback after it is torchrun's agent reporting the failed workers, as it does for any worker's exit
