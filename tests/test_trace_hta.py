@@ -17,14 +17,21 @@ import pytest
 
 from dlsched.analyses.trace_breakdown import hta_breakdown, hta_overlap
 from dlsched.formats.kineto_trace import read_kineto
-from tests.trace_files import shared_trace
+from tests.conftest import REPO
+from tests.trace_files import shared_trace as public_trace
 
 # Looked up, not imported (module docstring).
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("hta") is None,
                                 reason="HolisticTraceAnalysis==0.5.0 is not installed (docs/traces.md)")
 
-READABLE = ["alexnet_1gpu.json.gz", "nccl_rank0_of16.json.gz"]
+# The H200 trace is dlsched's own (benchmarks/gpu_check.sh: DDP over NCCL, ResNet-50, torch 2.11+cu130).
+READABLE = ["alexnet_1gpu.json.gz", "nccl_rank0_of16.json.gz", "ddp_resnet50_h200_rank0.json.gz"]
 UNREADABLE = ["ddp_resnet18_actckpt_8xMI300X_rank0.json.gz", "cpu_only_gloo_rank34.json.gz"]
+
+def shared_trace(name: str):
+    own = REPO / "benchmarks" / "results" / "gpu" / name
+    return own if own.is_file() else public_trace(name)
+
 
 _RUN_HTA = r"""
 import json, logging, sys
