@@ -37,7 +37,8 @@ BATCH = {"vgg_mid": 48, "transformer": 24}
 #: MODEL/PROCESSES/RATE: a bandwidth-bound and a compute-bound link per model, 2 and 4 processes; the last
 #: with a memory budget below the peak of FSDP2's default on vgg_mid's top-level modules (~190 MiB per process)
 PARTS = ["transformer/2/150mbit", "transformer/2/2gbit", "vgg_mid/2/200mbit", "vgg_mid/2/2gbit",
-         "transformer/4/300mbit", "vgg_mid/4/400mbit", "vgg_mid/2/200mbit/180MiB"]
+         "transformer/4/300mbit", "transformer/4/2gbit", "vgg_mid/4/400mbit", "vgg_mid/4/2gbit",
+         "vgg_mid/2/200mbit/180MiB"]
 ITERATIONS, WARMUP, REPEATS = 4, 1, 3
 
 
@@ -94,7 +95,8 @@ def summarise(parts: dict) -> dict:
 
 def report() -> None:
     from dlsched.atomic import atomic_write_text
-    summary = summarise(_load_parts())
+    parts = _load_parts()
+    summary = summarise({p: parts[p] for p in PARTS if p in parts})
     atomic_write_text(OUT / "fsdp_validate.json", json.dumps(summary, indent=1) + "\n")
     lines = ["# FSDP2 step time and peak memory: predicted against real fully_shard runs", "",
              f"`benchmarks/bench_fsdp_validate.py`: FSDP2's default and plan-fsdp's plan in alternating blocks of "
