@@ -24,7 +24,7 @@ from dlsched.analyses.ddp_step import HostCosts
 from dlsched.analyses.fsdp_step import FsdpNetwork
 from dlsched.atomic import check_writable
 from dlsched.formats.fsdp_plan_file import write_fsdp_plan
-from dlsched.planning.fsdp_plan import FsdpCandidate, FsdpPlanResult, plan_file, plan_fsdp as make_plan
+from dlsched.planning.fsdp_plan import MARGIN, FsdpCandidate, FsdpPlanResult, plan_file, plan_fsdp as make_plan
 from dlsched.planning.memory import optimizer_copies
 
 from .options import ModelSpec, OracleSpec, load_timed_model
@@ -34,12 +34,13 @@ from .plan_ddp import Link, network_of
 @dataclass(frozen=True)
 class FsdpOptions:
     """The memory budget per process (bytes; ``None``: none), the units (``None``: every granularity), the
-    optimizer (its state per shard) and the host's copy bandwidth (bytes/s)."""
+    optimizer (its state per shard), the host's copy bandwidth (bytes/s) and the budget's share left free."""
 
     memory_bytes: float | None = None
     units: tuple[str, ...] | None = None
     optimizer: str = "sgd"
     copy_bandwidth: float = HostCosts().copy_bandwidth
+    margin: float = MARGIN
 
 
 def plan_fsdp(model: ModelSpec, oracle: OracleSpec, link: Link, options: FsdpOptions = FsdpOptions(),
@@ -60,7 +61,7 @@ def plan_fsdp(model: ModelSpec, oracle: OracleSpec, link: Link, options: FsdpOpt
     alpha, beta, source = network_of(graph, times, link)
     net = FsdpNetwork(link.workers, alpha, beta, alpha, beta)
     result = make_plan(graph, times, net, options.memory_bytes, options.units, HostCosts(options.copy_bandwidth),
-                       optimizer_copies(options.optimizer), max_work)
+                       optimizer_copies(options.optimizer), max_work, options.margin)
     report = _report(graph.name, result, source, write_plan)
     if write_plan:
         write_fsdp_plan(plan_file(graph, result, {k: report[k] for k in ("default", "plan", "gain")}), write_plan)
@@ -75,7 +76,8 @@ def _figures(c: FsdpCandidate) -> dict:
 def _report(name: str, r: FsdpPlanResult, source: str, write_plan: str | None) -> dict:
     net = r.network
     return {"model": name, "workers": net.workers, "alpha_s": net.ag_alpha, "beta_Bps": net.ag_beta,
-            "network": source, "memory_budget_bytes": r.budget_bytes, "smallest_peak_bytes": r.smallest_peak_bytes,
+            "network": source, "memory_budget_bytes": r.budget_bytes, "memory_margin": r.margin,
+            "smallest_peak_bytes": r.smallest_peak_bytes,
             "default": _figures(r.default), "plan": _figures(r.plan), "gain": r.gain,
             "candidates": len(r.candidates), "plan_file": write_plan, "verdict": verdict(r)}
 

@@ -5,8 +5,8 @@ import click
 
 from dlsched import limits
 
-from .common import (BANDWIDTH, BYTES, emit_json, exclusive, gather, link_options, max_work_option, model_options,
-                     oracle_options)
+from .common import (BANDWIDTH, BYTES, FRACTION, emit_json, exclusive, gather, link_options, max_work_option,
+                     model_options, oracle_options)
 
 
 def _link(workers, bandwidth, latency, measure_network, network_timeout):
@@ -17,7 +17,7 @@ def _link(workers, bandwidth, latency, measure_network, network_timeout):
     return Link(workers, bandwidth, latency, measure_network, "ring", network_timeout)
 
 
-def _options(memory, units, optimizer, copy_bandwidth):
+def _options(memory, units, optimizer, copy_bandwidth, margin):
     from dlsched.answers.plan_fsdp import FsdpOptions
 
     names = None
@@ -26,7 +26,7 @@ def _options(memory, units, optimizer, copy_bandwidth):
         if not all(names):
             raise click.BadParameter(f"--units takes module paths separated by commas, e.g. layers.0,layers.1; "
                                      f"got {units!r}")
-    return FsdpOptions(memory, names, optimizer, copy_bandwidth)
+    return FsdpOptions(memory, names, optimizer, copy_bandwidth, margin)
 
 
 @click.command("plan-fsdp")
@@ -44,7 +44,9 @@ def _options(memory, units, optimizer, copy_bandwidth):
               help="Optimizer state kept per parameter shard (memory).")
 @click.option("--copy-bandwidth", type=BANDWIDTH, default="10GB/s", show_default=True,
               help="Memory copy rate: all-gather copy-out, reduce-scatter copy-in, plain SGD's update.")
-@gather("options", _options, ("memory", "units", "optimizer", "copy_bandwidth"))
+@click.option("--margin", type=FRACTION, default="0.1", show_default=True,
+              help="Share of --memory the plan leaves free (a real peak moves from run to run): 0.1 or 10%.")
+@gather("options", _options, ("memory", "units", "optimizer", "copy_bandwidth", "margin"))
 @click.option("--write-plan", type=click.Path(dir_okay=False), default=None,
               help="Write the plan (JSON) for dlsched.hooks.fsdp.apply_plan in the training script.")
 @max_work_option(limits.PLAN_FSDP)

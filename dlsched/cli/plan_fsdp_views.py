@@ -5,7 +5,8 @@ from .common import column_table, console, fmt_bytes, fmt_seconds
 
 
 def print_plan(out: dict) -> None:
-    budget = f", budget {fmt_bytes(out['memory_budget_bytes'])} per process" if out["memory_budget_bytes"] else ""
+    budget = (f", budget {fmt_bytes(out['memory_budget_bytes'])} per process less {out['memory_margin']:.0%} "
+              "headroom" if out["memory_budget_bytes"] else "")
     console.print(f"[bold]{out['model']}[/]: {out['workers']} processes, α {fmt_seconds(out['alpha_s'])}, "
                   f"β {fmt_bytes(out['beta_Bps'])}/s ({out['network']}){budget}; {out['candidates']} schedules tried")
     rows = []

@@ -31,7 +31,9 @@ def print_report(info: dict, res, graph) -> None:
         rows += [("trace coverage", f"{tr['time_fraction']:.1%} of the trace's {tr['time_basis']} "
                                     f"({fmt_seconds(tr['matched_time'])} of {fmt_seconds(tr['compute_time'])})"),
                  ("ops matched", f"{tr['matched']:,} of {tr['compute_ops']:,} compute ops ({tr['fraction']:.0%}), "
-                                 f"{tr['iterations']} iteration(s), {tr['matcher']} matcher"),
+                                 f"{tr['iterations']} iteration(s), {tr['matcher']} matcher"
+                                 + (f"; {tr['no_event_ops']:,} more timed 0 (Python bookkeeping: no event)"
+                                    if tr.get("no_event_ops") else "")),
                  ("op times from", "GPU kernels each op launched (host dispatch time kept as host_time)"
                   if tr.get("times") == "gpu kernels" else "host op durations")]
         if tr.get("recompute_time"):

@@ -40,7 +40,7 @@ from dlsched.analyses.fsdp_step import FsdpNetwork, FsdpStepResult, fsdp_step
 from dlsched.analyses.fsdp_units import fsdp_units
 from dlsched.errors import DlschedError
 from dlsched.importers.loader import detect_format, load_model
-from dlsched.planning.fsdp_plan import FsdpPlanResult, fsdp_memory, plan_file, plan_fsdp
+from dlsched.planning.fsdp_plan import MARGIN, FsdpPlanResult, fsdp_memory, plan_file, plan_fsdp
 from dlsched.profiling.network import LinkMeasurement
 from dlsched.runtime import netns
 from dlsched.runtime.hosts import open_hosts
@@ -109,8 +109,10 @@ def run_fsdp_validation(model: str, *, workers: int = 2, rate: str | None = "aut
                         threads: int = 1, network: str = "auto", iterations: int = 20, warmup: int = 3,
                         memory_bytes: float | None = None, units: Sequence[str] | None = None,
                         timeout: float = 900.0, max_work: int | None = None,
-                        say: Callable[[str], None] = lambda s: None) -> FsdpValidation:
-    """Run FSDP2's default and the plan for ``model`` and predict both (module docstring).
+                        say: Callable[[str], None] = lambda s: None, memory_margin: float = MARGIN
+                        ) -> FsdpValidation:
+    """Run FSDP2's default and the plan for ``model`` and predict both (module docstring); the plan keeps
+    ``memory_margin`` of ``memory_bytes`` free, as ``plan-fsdp --margin`` does.
 
     Raises
     ------
@@ -133,7 +135,7 @@ def run_fsdp_validation(model: str, *, workers: int = 2, rate: str | None = "aut
         say(f"picked rate {rate} (one step's all-gathers and reduce-scatters as long as its compute)")
     beta = netns.tc_rate_bytes(rate) if rate else 1e9
     guess = FsdpNetwork(workers, GUESS_ALPHA, beta, GUESS_ALPHA, beta)
-    plan = plan_fsdp(graph, oracle.times, guess, memory_bytes, units)
+    plan = plan_fsdp(graph, oracle.times, guess, memory_bytes, units, margin=memory_margin)
     say(f"plan: {plan.plan.label}; FSDP2's default on its {len(plan.plan.units)} units beside it")
     hosts = open_hosts(network, workers, rate)
     try:

@@ -18,8 +18,12 @@ and both cost memory. The planner tries, for each unit granularity:
   (the root prefetches the first units in forward and the last in backward).
 
 Each candidate is one simulated step (:func:`~dlsched.analyses.fsdp_step.fsdp_step`);
-the plan is the fastest whose peak memory fits the budget (ties: the lower
-peak). **Granularities** (:func:`unit_candidates`): the module paths at each
+the plan is the fastest whose peak memory fits the budget less a headroom
+(:data:`MARGIN`, ties: the lower peak). Why the headroom: a real process's
+peak moves from run to run (FSDP2's default on vgg_mid's 11 finer units
+measured 157–167 MiB, a plan predicted at 179.8 MiB 180–202 MiB, 2 processes
+on gloo), so a plan predicted just under the budget went over it in 2 runs of 3;
+plan-batch keeps the same 10% free (DESIGN §5). **Granularities** (:func:`unit_candidates`): the module paths at each
 depth of the parameters' names that give at least two units (the root owns
 what lies above), or the one list the user gives.
 
@@ -50,6 +54,8 @@ from .memory import fmt_bytes, saved_activations, static_estimate
 PREFETCH_DEPTHS = (1, 2)
 #: Deepest module level tried for units.
 MAX_DEPTH = 3
+#: Share of the memory budget a plan leaves free (module docstring); ``plan-fsdp --margin``.
+MARGIN = 0.10
 
 
 @dataclass(frozen=True)
@@ -79,6 +85,7 @@ class FsdpPlanResult:
     budget_bytes: float | None
     smallest_peak_bytes: float
     network: FsdpNetwork
+    margin: float = MARGIN
 
     @property
     def gain(self) -> float:
@@ -134,13 +141,16 @@ def fsdp_memory(graph: Graph, optimizer_copies: int = 0) -> FsdpMemory:
 
 def plan_fsdp(graph: Graph, times: Mapping[str, float], network: FsdpNetwork, memory_bytes: float | None = None,
               units: Sequence[str] | None = None, host: HostCosts = HostCosts(), optimizer_copies: int = 0,
-              max_work: int | None = None) -> FsdpPlanResult:
-    """The fastest FSDP2 schedule of ``graph`` whose peak memory fits ``memory_bytes`` (module docstring).
+              max_work: int | None = None, margin: float = MARGIN) -> FsdpPlanResult:
+    """The fastest FSDP2 schedule of ``graph`` whose peak memory fits ``memory_bytes · (1 − margin)``
+    (module docstring).
 
     Parameters
     ----------
     units : sequence of str, optional
         The module paths to make units; by default every granularity of :func:`unit_candidates` is tried.
+    margin : float
+        The share of ``memory_bytes`` left free, in [0, 1).
 
     Raises
     ------
@@ -152,6 +162,8 @@ def plan_fsdp(graph: Graph, times: Mapping[str, float], network: FsdpNetwork, me
     """
     if memory_bytes is not None and not (0 < memory_bytes < float("inf")):
         raise DlschedError(f"the memory budget must be a finite number of bytes above 0, got {memory_bytes}")
+    if not 0 <= margin < 1:
+        raise DlschedError(f"the memory margin must be a share from 0 to below 1, got {margin}")
     params = [op.name for op in graph.recvs()]
     grains = [list(units)] if units is not None else (unit_candidates(params) or [[]])
     unit_lists = [fsdp_units(graph, g, network.workers) for g in grains]
@@ -166,15 +178,17 @@ def plan_fsdp(graph: Graph, times: Mapping[str, float], network: FsdpNetwork, me
             step = fsdp_step(graph, times, us, sched, network, host, memory)
             tried.append(FsdpCandidate(names, sched, step, kept, depth))
     smallest = min(c.step.peak_bytes for c in tried)
-    fits = [c for c in tried if memory_bytes is None or c.step.peak_bytes <= memory_bytes]
+    usable = None if memory_bytes is None else memory_bytes * (1 - margin)
+    fits = [c for c in tried if usable is None or c.step.peak_bytes <= usable]
     if not fits:
         best_peak = min(tried, key=lambda c: c.step.peak_bytes)
-        raise DlschedError(f"no FSDP schedule of {graph.name} fits {fmt_bytes(memory_bytes)} per process: the "
-                           f"smallest predicted peak is {fmt_bytes(smallest)} ({best_peak.label}); give a "
-                           "larger --memory, more --workers (smaller shards), or a smaller batch")
+        raise DlschedError(f"no FSDP schedule of {graph.name} fits {fmt_bytes(memory_bytes)} per process less "
+                           f"{margin:.0%} headroom ({fmt_bytes(usable)}): the smallest predicted peak is "
+                           f"{fmt_bytes(smallest)} ({best_peak.label}); give a larger --memory, a smaller --margin, "
+                           "more --workers (smaller shards), or a smaller batch")
     plan = min(fits, key=lambda c: (round(c.step.step_s, 12), c.step.peak_bytes))
     default = next(c for c in tried if c.units == plan.units and c.kept == 0 and c.depth == 0)
-    return FsdpPlanResult(plan, default, tuple(tried), memory_bytes, smallest, network)
+    return FsdpPlanResult(plan, default, tuple(tried), memory_bytes, smallest, network, margin)
 
 
 def plan_file(graph: Graph, result: FsdpPlanResult, predicted: dict | None = None) -> FsdpPlan:

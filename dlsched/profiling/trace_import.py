@@ -90,7 +90,7 @@ class TraceImport:
     coverage: dict = field(default_factory=dict)
 
 
-# Ops that are Python-level bookkeeping in an fx graph and leave no event in a trace.
+# Ops that are Python-level bookkeeping in an fx graph and leave no event in a trace: timed 0 (no work).
 _NO_EVENT = {"getitem", "size", "dim", "detach", "alias", "lift_fresh_copy"}
 
 
@@ -791,13 +791,13 @@ def import_trace(path: str | Path, graph: Graph, min_coverage: float | None = No
         _refuse(path, graph, cov, refusals, min_coverage, purpose)
     frame = _rows(graph, samples, gpu)
     frame.attrs["fused"] = {name: f.reason for name, f in fused.items()}
-    untimed = {}
+    untimed, free = {}, []
     for op in compute:
         if op.name not in samples:
-            t = normalize_type(op.op_type)
-            why = refusals.get(op.name) or (
-                f"no {op.op_type!r} event in the trace matched it" if t not in _NO_EVENT
-                else f"{op.op_type!r} is Python bookkeeping that leaves no trace event")
+            if normalize_type(op.op_type) in _NO_EVENT and op.name not in refusals:
+                free.append(op)  # Python bookkeeping (tuple indexing, detach): no event, no work
+                continue
+            why = refusals.get(op.name) or f"no {op.op_type!r} event in the trace matched it"
             untimed[op.name] = f"{why} (trace {Path(path).name}, {matcher} matcher)"
     n = len(compute)
     coverage = {
@@ -817,9 +817,19 @@ def import_trace(path: str | Path, graph: Graph, min_coverage: float | None = No
         "recomputed_ops": cov.get("recomputed_ops", 0),
         "iterations": iterations,
         "unmatched_ops": [op.name for op in compute if op.name not in samples],
+        "no_event_ops": len(free),
         "shape_refusals": len(refusals),
         "fused": {name: f.work for name, f in fused.items()},
         "unknown_events": dict(unknown.most_common(50)),
         "unknown_event_count": int(sum(unknown.values())),
     }
+    if free:  # timed 0: what the trace says of them, so the oracle is whole without --default-time
+        zero = pd.DataFrame([{"op": op.name, "time": 0.0, "runs": iterations, "median": 0.0, "op_type": op.op_type,
+                              "resource": op.resource, "source": "trace", "host_time": 0.0, "recompute": 0.0}
+                             for op in free], columns=frame.columns)
+        order = {op.name: i for i, op in enumerate(compute)}
+        attrs = frame.attrs
+        frame = pd.concat([frame, zero], ignore_index=True)
+        frame = frame.iloc[frame["op"].map(order).argsort(kind="stable")].reset_index(drop=True)
+        frame.attrs = attrs
     return TraceImport(frame=frame, untimed=untimed, coverage=coverage)
