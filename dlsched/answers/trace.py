@@ -163,6 +163,7 @@ class TraceReport:
     ranks: object = None
     notes: list = field(default_factory=list)
     fsdp: pd.DataFrame | None = None
+    fsdp_units: pd.DataFrame | None = None
 
     def to_dict(self) -> dict:
         """The JSON object of ``--json`` (numpy scalars and NaN are turned into JSON by the CLI's ``emit_json``)."""
@@ -172,7 +173,7 @@ class TraceReport:
         out = {"files": self.files, "notes": self.notes, "per_step": rows(self.breakdown), "hta": rows(self.hta),
                "bounds": rows(self.bounds), "replay": rows(self.replay),
                "collectives": rows(self.collectives.drop(columns=["group_ranks"], errors="ignore")),
-               "buckets": rows(self.buckets), "fsdp": rows(self.fsdp)}
+               "buckets": rows(self.buckets), "fsdp": rows(self.fsdp), "fsdp_units": rows(self.fsdp_units)}
         if self.ranks is not None:
             out.update(steps=self.ranks.steps, dropped=self.ranks.dropped, clock=self.ranks.clock,
                        stragglers=rows(self.ranks.stragglers), matches=rows(self.ranks.matches))
@@ -198,9 +199,20 @@ def trace(paths: Sequence[str | Path], options: TraceOptions = TraceOptions()) -
     files = {str(r): str(t.path) for r, t in ta.by_rank.items()}
     bounds = ta.bounds()
     notes += filter(None, [_host_bound(bounds)])
+    fsdp = ta.fsdp()
     return TraceReport(files=files, breakdown=ta.breakdown(), hta=ta.hta(), collectives=ta.collectives(),
                        buckets=ta.buckets(), bounds=bounds, replay=ta.replay() if options.replay else None,
-                       ranks=ranks, notes=notes, fsdp=ta.fsdp())
+                       ranks=ranks, notes=notes, fsdp=fsdp, fsdp_units=_first_rank_units(fsdp))
+
+
+def _first_rank_units(fsdp: pd.DataFrame) -> pd.DataFrame | None:
+    """The FSDP2 units of the lowest rank (every rank has the same), with ``rank``; ``None`` for no FSDP2."""
+    from dlsched.analyses.trace_fsdp import fsdp_units
+
+    if fsdp.empty:
+        return None
+    rank = fsdp["rank"].min()
+    return fsdp_units(fsdp[fsdp["rank"] == rank]).assign(rank=rank)
 
 
 def _host_bound(bounds: pd.DataFrame) -> str | None:

@@ -24,7 +24,7 @@ def print_report(report) -> None:
         f"{r}: {Path(p).name if where else p}" for r, p in report.files.items()), soft_wrap=True)
     _per_step(report)
     _collectives(report)
-    _fsdp(report.fsdp)
+    _fsdp(report.fsdp, report.fsdp_units)
     if report.ranks is not None and len(report.files) > 1:
         _stragglers(report.ranks)
     _hta(report.hta)
@@ -109,15 +109,12 @@ def _collectives(report) -> None:
             break
 
 
-def _fsdp(found) -> None:
+def _fsdp(found, u) -> None:
     """An FSDP2 job's units (the first rank's), and the order of its first step's collectives."""
-    from dlsched.analyses.trace_fsdp import fsdp_units
-
-    if found is None or found.empty:
+    if u is None or u.empty:
         return
-    rank = found["rank"].min()
+    rank = u["rank"].iloc[0]
     mine = found[found["rank"] == rank]
-    u = fsdp_units(mine)
     rows = [(x.unit, f"{x.elements:,}", f"{x.forward:g}", f"{x.backward:g}", f"{x.prefetched:g}",
              _ms(x.all_gather_us), _ms(x.reduce_scatter_us)) for x in u.itertuples()]
     console.print(column_table(f"FSDP2 units, rank {rank}, per step (AG all-gather, RS reduce-scatter)",
