@@ -292,3 +292,23 @@ def test_tf_timeline_of_tf1_graph(tmp_path):
     assert comp["time"].sum() == pytest.approx(sum(kernels.values()), rel=1e-9)
     print(f"\nTF1 timeline, TF_ENABLE_ONEDNN_OPTS={os.environ.get('TF_ENABLE_ONEDNN_OPTS', 'default')}: "
           f"fraction {tr['fraction']}, fused {tr['fused']}, kernels {sorted(kernels)}")
+
+
+@pytest.mark.slow
+def test_a_transformers_linear_on_3d_input_matches_addmm_on_its_flattened_view(tmp_path):
+    """In a trace, a Linear on [batch, seq, d] is aten::linear on that tensor; in the aten-level DAG it is
+    addmm on the [batch·seq, d] view. The shapes agree once the leading dims are merged: refused as
+    different, the transformer's training trace covered 65% here (and 71% of a real H200 trace's kernels)."""
+    spec = "examples/torch_models.py:transformer"
+    path = CACHE / "transformer_b4_training.trace.json"
+    if not path.exists():
+        _profile_trace(spec, "training", 4, 3, path)
+    proc = run_cli("profile", spec, "--batch", "4", "--mode", "training", "--from-trace", path,
+                   "-o", tmp_path / "o.csv", "--json")
+    assert proc.returncode == 0, proc.stderr
+    tr = json.loads(proc.stdout)["trace"]
+    assert tr["time_fraction"] >= 0.8 and tr["shape_refusals"] == 0, tr
+    from dlsched.importers.loader import load_model
+    g = load_model(spec, mode="training", batch=4)
+    addmm = [op.name for op in g.compute_ops() if op.op_type == "aten.addmm.default"]
+    assert addmm and not set(addmm) & set(tr["unmatched_ops"])

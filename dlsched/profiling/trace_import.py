@@ -55,6 +55,7 @@ Chrome-trace microseconds → s.
 """
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from collections import Counter
@@ -312,10 +313,37 @@ def _shape_key(dims) -> tuple | None:
     return tuple(sorted(out))
 
 
+def _flattened(dag: tuple, trace: tuple) -> bool:
+    """Whether the 2-D DAG tensor ``dag`` is the trace's N-D ``trace`` with its other dims merged into one.
+
+    A ``Linear`` on a ``[32, 64, 256]`` input is ``aten::linear`` on that tensor in a trace, but ``addmm``
+    on its ``[2048, 256]`` view in an aten-level graph. Both keys are sorted (:func:`_shape_key`), so any
+    one dim of ``trace`` may be the kept one.
+
+    >>> _flattened((256, 2048), (32, 64, 256)), _flattened((256, 2048), (32, 32, 256))
+    (True, False)
+    """
+    if len(dag) != 2 or len(trace) <= 2:
+        return False
+    rest = math.prod(trace)
+    return any(rest // t == other and rest % t == 0 for keep, other in (dag, dag[::-1]) for t in trace if t == keep)
+
+
 def _fits(dag: tuple, trace: tuple) -> bool:
-    """Every tensor of the DAG op's inputs is among the trace op's (a module's DAG op lists only its input)."""
+    """Every tensor of the DAG op's inputs is among the trace op's (a module's DAG op lists only its input),
+    the same or :func:`_flattened`."""
     need, have = Counter(dag), Counter(trace)
-    return all(have[k] >= v for k, v in need.items())
+    short = []
+    for k, v in need.items():
+        got = min(have[k], v)
+        have[k] -= got
+        short += [k] * (v - got)
+    for k in short:  # what the exact shapes left over: matched by a flattened trace tensor, if one is left
+        match = next((t for t, c in have.items() if c > 0 and _flattened(k, t)), None)
+        if match is None:
+            return False
+        have[match] -= 1
+    return True
 
 
 def _lcs_pairs(a: list, b: list, fits=None) -> list[tuple[int, int]]:
