@@ -215,15 +215,19 @@ def test_torch_trace_without_module_or_step_events(tmp_path):
     assert tr["fraction"] >= 0.9 and tr["iterations"] == 3, tr
 
 
+def _training_trace_imported(spec: str, name: str, iterations: int, out) -> dict:
+    """A real training trace of ``spec`` at batch 4 (cached), imported through the CLI; its coverage."""
+    path = CACHE / f"{name}_b4_training.trace.json"
+    if not path.exists():
+        _profile_trace(spec, "training", 4, iterations, path)
+    proc = run_cli("profile", spec, "--batch", "4", "--mode", "training", "--from-trace", path, "-o", out, "--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)["trace"]
+
+
 @pytest.mark.slow
 def test_torch_profiler_trace_training(tmp_path):
-    path = CACHE / "small_cnn_b4_training.trace.json"
-    if not path.exists():
-        _profile_trace(SMALL_CNN, "training", 4, 2, path)
-    proc = run_cli("profile", SMALL_CNN, "--batch", "4", "--mode", "training", "--from-trace", path,
-                   "-o", tmp_path / "o.csv", "--json")
-    assert proc.returncode == 0, proc.stderr
-    tr = json.loads(proc.stdout)["trace"]
+    tr = _training_trace_imported(SMALL_CNN, "small_cnn", 2, tmp_path / "o.csv")
     # Every op with a kernel (not Python tuple indexing or detach bookkeeping) should be found.
     from dlsched.importers.loader import load_model
     g = load_model(SMALL_CNN, mode="training", batch=4)
@@ -300,13 +304,7 @@ def test_a_transformers_linear_on_3d_input_matches_addmm_on_its_flattened_view(t
     addmm on the [batch·seq, d] view. The shapes agree once the leading dims are merged: refused as
     different, the transformer's training trace covered 65% here (and 71% of a real H200 trace's kernels)."""
     spec = "examples/torch_models.py:transformer"
-    path = CACHE / "transformer_b4_training.trace.json"
-    if not path.exists():
-        _profile_trace(spec, "training", 4, 3, path)
-    proc = run_cli("profile", spec, "--batch", "4", "--mode", "training", "--from-trace", path,
-                   "-o", tmp_path / "o.csv", "--json")
-    assert proc.returncode == 0, proc.stderr
-    tr = json.loads(proc.stdout)["trace"]
+    tr = _training_trace_imported(spec, "transformer", 3, tmp_path / "o.csv")
     assert tr["time_fraction"] >= 0.8 and tr["shape_refusals"] == 0, tr
     from dlsched.importers.loader import load_model
     g = load_model(spec, mode="training", batch=4)
