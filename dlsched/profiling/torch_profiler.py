@@ -25,7 +25,7 @@ execution. On CUDA every node is bracketed by ``torch.cuda.Event``s and the
 device is synchronised after each run before the events are read, so
 asynchronous kernel launches are never timed with the host clock. Events alone
 would still time the host: the GPU reaches the start event at once and then
-waits for the op's launches, so a ``getitem`` that launches nothing took 6 us
+waits for the op's launches, so a ``getitem`` that launches nothing took up to 18 us
 and ResNet-50's training ops summed to 29.3 ms against 16.9 ms of kernels in a
 real step (H200). So each node is *led* by a spin kernel (``torch.cuda._sleep``)
 longer than the op's host dispatch (twice the last run's, at least
