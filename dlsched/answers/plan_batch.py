@@ -30,11 +30,12 @@ from typing import Sequence
 from dlsched.errors import DlschedError
 from dlsched.planning import batch as batchplan
 from dlsched.planning.cluster_file import Cluster, parse_workers, read_cluster, worker_specs
+from dlsched.planning.memory import MARGIN
 
 from .options import ModelSpec, OracleSpec
 
 #: Headroom kept free when neither ``--margin`` nor the cluster file gives one.
-DEFAULT_MARGIN = 0.1
+DEFAULT_MARGIN = MARGIN
 
 
 @dataclass(frozen=True)

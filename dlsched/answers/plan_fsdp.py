@@ -24,8 +24,8 @@ from dlsched.analyses.ddp_step import HostCosts
 from dlsched.analyses.fsdp_step import FsdpNetwork
 from dlsched.atomic import check_writable
 from dlsched.formats.fsdp_plan_file import write_fsdp_plan
-from dlsched.planning.fsdp_plan import MARGIN, FsdpCandidate, FsdpPlanResult, plan_file, plan_fsdp as make_plan
-from dlsched.planning.memory import optimizer_copies
+from dlsched.planning.fsdp_plan import FsdpCandidate, FsdpPlanResult, plan_file, plan_fsdp as make_plan
+from dlsched.planning.memory import MARGIN, optimizer_copies
 
 from .options import ModelSpec, OracleSpec, load_timed_model
 from .plan_ddp import Link, network_of

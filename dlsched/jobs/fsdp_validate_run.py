@@ -40,7 +40,8 @@ from dlsched.analyses.fsdp_step import FsdpNetwork, FsdpStepResult, fsdp_step
 from dlsched.analyses.fsdp_units import fsdp_units
 from dlsched.errors import DlschedError
 from dlsched.importers.loader import detect_format, load_model
-from dlsched.planning.fsdp_plan import MARGIN, FsdpPlanResult, fsdp_memory, plan_file, plan_fsdp
+from dlsched.planning.fsdp_plan import FsdpPlanResult, fsdp_memory, plan_file, plan_fsdp
+from dlsched.planning.memory import MARGIN
 from dlsched.profiling.network import LinkMeasurement
 from dlsched.runtime import netns
 from dlsched.runtime.hosts import open_hosts

@@ -19,12 +19,12 @@ and both cost memory. The planner tries, for each unit granularity:
 
 Each candidate is one simulated step (:func:`~dlsched.analyses.fsdp_step.fsdp_step`);
 the plan is the fastest whose peak memory fits the budget less a headroom
-(:data:`MARGIN`, ties: the lower peak). Why the headroom: a real process's
+(:data:`dlsched.planning.memory.MARGIN`, ties: the lower peak). Why the headroom: a real process's
 peak moves from run to run (FSDP2's default on vgg_mid's 11 finer units
 measured 157–167 MiB, a plan predicted at 179.8 MiB 180–202 MiB, 2 processes
 on gloo), so a plan predicted just under the budget went over it in 2 runs of 3;
-plan-batch keeps the same 10% free (DESIGN §5). **Granularities** (:func:`unit_candidates`): the module paths at each
-depth of the parameters' names that give at least two units (the root owns
+plan-batch keeps the same 10% free (DESIGN §5). **Granularities**
+(:func:`unit_candidates`): the module paths at each depth of the parameters' names that give at least two units (the root owns
 what lies above), or the one list the user gives.
 
 The baseline it is set against is FSDP2's default on the plan's units:
@@ -48,14 +48,12 @@ from dlsched.dag import Graph
 from dlsched.errors import DlschedError
 from dlsched.formats.fsdp_plan_file import FsdpPlan, parameter_fingerprint
 
-from .memory import fmt_bytes, saved_activations, static_estimate
+from .memory import MARGIN, check_margin, fmt_bytes, saved_activations, static_estimate
 
 #: Explicit prefetch depths tried each way (with async all-gathers).
 PREFETCH_DEPTHS = (1, 2)
 #: Deepest module level tried for units.
 MAX_DEPTH = 3
-#: Share of the memory budget a plan leaves free (module docstring); ``plan-fsdp --margin``.
-MARGIN = 0.10
 
 
 @dataclass(frozen=True)
@@ -162,8 +160,7 @@ def plan_fsdp(graph: Graph, times: Mapping[str, float], network: FsdpNetwork, me
     """
     if memory_bytes is not None and not (0 < memory_bytes < float("inf")):
         raise DlschedError(f"the memory budget must be a finite number of bytes above 0, got {memory_bytes}")
-    if not 0 <= margin < 1:
-        raise DlschedError(f"the memory margin must be a share from 0 to below 1, got {margin}")
+    check_margin(margin)
     params = [op.name for op in graph.recvs()]
     grains = [list(units)] if units is not None else (unit_candidates(params) or [[]])
     unit_lists = [fsdp_units(graph, g, network.workers) for g in grains]
@@ -177,11 +174,11 @@ def plan_fsdp(graph: Graph, times: Mapping[str, float], network: FsdpNetwork, me
         for kept, depth, sched in schedules(us):
             step = fsdp_step(graph, times, us, sched, network, host, memory)
             tried.append(FsdpCandidate(names, sched, step, kept, depth))
-    smallest = min(c.step.peak_bytes for c in tried)
+    best_peak = min(tried, key=lambda c: c.step.peak_bytes)
+    smallest = best_peak.step.peak_bytes
     usable = None if memory_bytes is None else memory_bytes * (1 - margin)
     fits = [c for c in tried if usable is None or c.step.peak_bytes <= usable]
     if not fits:
-        best_peak = min(tried, key=lambda c: c.step.peak_bytes)
         raise DlschedError(f"no FSDP schedule of {graph.name} fits {fmt_bytes(memory_bytes)} per process less "
                            f"{margin:.0%} headroom ({fmt_bytes(usable)}): the smallest predicted peak is "
                            f"{fmt_bytes(smallest)} ({best_peak.label}); give a larger --memory, a smaller --margin, "

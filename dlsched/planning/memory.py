@@ -40,6 +40,8 @@ from dlsched.errors import DlschedError, DlschedWarning
 from dlsched.graph_batch import floating, graph_batch, symbolic_batch_error, unknown_batch
 
 OPTIMIZER_STATE_COPIES = {"sgd": 0, "momentum": 1, "adam": 2}
+#: Share of a memory budget a plan leaves free (batch plans and FSDP plans): a real peak moves from run to run.
+MARGIN = 0.1
 PARAMETER_DTYPES = frozenset({"float64", "double", "float32", "float", "float16", "half", "bfloat16",
                               "int8", "uint8"})
 
@@ -76,6 +78,17 @@ def optimizer_copies(optimizer: str) -> int:
         raise DlschedError(f"unknown optimizer {optimizer!r}; expected one of "
                            f"{', '.join(OPTIMIZER_STATE_COPIES)}") from None
 
+
+
+def check_margin(margin: float) -> None:
+    """Refuse a headroom outside [0, 1).
+
+    Raises
+    ------
+    DlschedError
+    """
+    if not 0 <= margin < 1:
+        raise DlschedError(f"--margin must be in [0, 1), got {margin}")
 
 @dataclass
 class MemoryEstimate:
@@ -152,7 +165,7 @@ class MemoryEstimate:
         """``M(b)`` in bytes (at least the optimizer-step peak when one was measured)."""
         return max(self.state_bytes + self.fixed_bytes + batch * self.per_sample_bytes, self.step_peak_bytes)
 
-    def largest_batch(self, capacity: float, margin: float = 0.1) -> int:
+    def largest_batch(self, capacity: float, margin: float = MARGIN) -> int:
         """Largest ``b`` with ``M(b) ≤ capacity·(1 − margin)``; 0 when not even one sample fits.
 
         Raises
@@ -160,8 +173,7 @@ class MemoryEstimate:
         DlschedError
             For a margin outside [0, 1) or a non-positive capacity.
         """
-        if not 0 <= margin < 1:
-            raise DlschedError(f"--margin must be in [0, 1), got {margin}")
+        check_margin(margin)
         if capacity <= 0:
             raise DlschedError(f"memory capacity must be positive, got {capacity}")
         usable = capacity * (1 - margin)
