@@ -106,7 +106,7 @@ def fsdp_units(found: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=["unit", "elements", "forward", "backward", "prefetched", "all_gather_us",
                                      "reduce_scatter_us"])
     f = found.assign(dur=found["end"] - found["start"])
-    steps = max(f["step"].nunique(), 1)
+    steps = f["step"].nunique()
     rows = []
     for unit in dict.fromkeys(f.sort_values(["step", "seq"])["unit"]):
         u = f[f["unit"] == unit]

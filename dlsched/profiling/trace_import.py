@@ -323,10 +323,7 @@ def _flattened(dag: tuple, trace: tuple) -> bool:
     >>> _flattened((256, 2048), (32, 64, 256)), _flattened((256, 2048), (32, 32, 256))
     (True, False)
     """
-    if len(dag) != 2 or len(trace) <= 2:
-        return False
-    rest = math.prod(trace)
-    return any(rest // t == other and rest % t == 0 for keep, other in (dag, dag[::-1]) for t in trace if t == keep)
+    return len(dag) == 2 < len(trace) and math.prod(trace) == math.prod(dag) and any(d in trace for d in dag)
 
 
 def _fits(dag: tuple, trace: tuple) -> bool:
@@ -593,11 +590,15 @@ def _event_dicts(events: pd.DataFrame) -> list[dict]:
     return [dict(zip(cols, row)) for row in named[cols].itertuples(index=False, name=None)]
 
 
-def _rows(graph: Graph, samples: dict[str, list[_Sample]], gpu: bool) -> pd.DataFrame:
+def _rows(graph: Graph, samples: dict[str, list[_Sample]], gpu: bool, free: set, runs: int) -> pd.DataFrame:
+    """One oracle row per timed op, in canonical order; the ``free`` ops (no event, no work) timed 0."""
     rows = []
     for op in graph.compute_ops():
         xs = samples.get(op.name)
-        if xs:
+        if op.name in free:
+            rows.append({"op": op.name, "time": 0.0, "runs": runs, "median": 0.0, "op_type": op.op_type,
+                         "resource": op.resource, "source": "trace", "host_time": 0.0, "recompute": 0.0})
+        elif xs:
             total = [(s.gpu + s.recompute_gpu) if gpu else (s.host + s.recompute_host) for s in xs]
             best = int(np.argmin(total))
             rows.append({"op": op.name, "time": total[best], "runs": len(xs), "median": statistics.median(total),
@@ -817,23 +818,24 @@ def import_trace(path: str | Path, graph: Graph, min_coverage: float | None = No
     cov["time_fraction"] = cov["matched_us"] / cov["total_us"] if cov["total_us"] > 0 else 0.0
     if min_coverage is not None and cov["time_fraction"] < min_coverage:
         _refuse(path, graph, cov, refusals, min_coverage, purpose)
-    frame = _rows(graph, samples, gpu)
-    frame.attrs["fused"] = {name: f.reason for name, f in fused.items()}
-    untimed, free = {}, []
+    untimed, free = {}, set()
     for op in compute:
         if op.name not in samples:
             if normalize_type(op.op_type) in _NO_EVENT and op.name not in refusals:
-                free.append(op)  # Python bookkeeping (tuple indexing, detach): no event, no work
+                free.add(op.name)  # Python bookkeeping (tuple indexing, detach): no event, no work; timed 0
                 continue
             why = refusals.get(op.name) or f"no {op.op_type!r} event in the trace matched it"
             untimed[op.name] = f"{why} (trace {Path(path).name}, {matcher} matcher)"
+    frame = _rows(graph, samples, gpu, free, iterations)
+    frame.attrs["fused"] = {name: f.reason for name, f in fused.items()}
+    matched = len(frame) - len(free)
     n = len(compute)
     coverage = {
         "matcher": matcher,
         "times": "gpu kernels" if gpu else "host",
-        "matched": len(frame),
+        "matched": matched,
         "compute_ops": n,
-        "fraction": (len(frame) / n) if n else 1.0,
+        "fraction": (matched / n) if n else 1.0,
         "time_fraction": cov["time_fraction"],
         "time_basis": cov["basis"],
         "matched_time": cov["matched_us"] * 1e-6,
@@ -851,13 +853,4 @@ def import_trace(path: str | Path, graph: Graph, min_coverage: float | None = No
         "unknown_events": dict(unknown.most_common(50)),
         "unknown_event_count": int(sum(unknown.values())),
     }
-    if free:  # timed 0: what the trace says of them, so the oracle is whole without --default-time
-        zero = pd.DataFrame([{"op": op.name, "time": 0.0, "runs": iterations, "median": 0.0, "op_type": op.op_type,
-                              "resource": op.resource, "source": "trace", "host_time": 0.0, "recompute": 0.0}
-                             for op in free], columns=frame.columns)
-        order = {op.name: i for i, op in enumerate(compute)}
-        attrs = frame.attrs
-        frame = pd.concat([frame, zero], ignore_index=True)
-        frame = frame.iloc[frame["op"].map(order).argsort(kind="stable")].reset_index(drop=True)
-        frame.attrs = attrs
     return TraceImport(frame=frame, untimed=untimed, coverage=coverage)
