@@ -11,7 +11,7 @@ import torch.distributed as dist
 from toy import shard, toy_model
 
 from dlsched.hooks.ddp_plan import ddp_kwargs          # dlsched
-from dlsched.runtime.torchrun import exit_on_error, join  # dlsched
+from dlsched.runtime.torchrun import exit_on_error, join, leave  # dlsched
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--plan", help="the JSON report of dlsched plan-ddp")
@@ -34,3 +34,4 @@ with exit_on_error():                                    # dlsched: one error li
     if env.rank == 0 and a.out:
         torch.save({n: p.detach() for n, p in model.module.named_parameters()}, a.out)
     dist.destroy_process_group()
+leave()                                                  # dlsched: skip the teardown gloo can abort

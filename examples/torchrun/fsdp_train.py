@@ -6,8 +6,6 @@ lists and the async all-gathers. Without ``--plan`` the model is sharded as
 one root unit, FSDP2's defaults. The dlsched lines are marked ``# dlsched``.
 """
 import argparse
-import os
-import sys
 
 import torch
 import torch.distributed as dist
@@ -15,7 +13,7 @@ from torch.distributed.fsdp import fully_shard
 from toy import shard, toy_model
 
 from dlsched.hooks.fsdp import apply_plan                # dlsched
-from dlsched.runtime.torchrun import exit_on_error, join  # dlsched
+from dlsched.runtime.torchrun import exit_on_error, join, leave  # dlsched
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--plan", help="the FSDP plan dlsched plan-fsdp wrote")
@@ -43,9 +41,4 @@ with exit_on_error():                                    # dlsched: one error li
     if env.rank == 0 and a.out:
         torch.save(full, a.out)
     dist.destroy_process_group()
-# With async all-gathers the interpreter's teardown aborted about one run in eight on this machine
-# ("terminate called without an active exception", from a gloo thread; the cause was not found): the work is
-# done, so skip the teardown, as dlsched's own ranks do.
-sys.stdout.flush()
-sys.stderr.flush()
-os._exit(0)
+leave()                                                  # dlsched: skip the teardown gloo can abort

@@ -17,7 +17,7 @@ from toy import shard, toy_model
 
 from dlsched.formats.allreduce_order_file import read_order_file                    # dlsched
 from dlsched.hooks.ordered_allreduce import OrderedAllreduce, pieces_per_parameter  # dlsched
-from dlsched.runtime.torchrun import exit_on_error, join                            # dlsched
+from dlsched.runtime.torchrun import exit_on_error, join, leave                            # dlsched
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--order", help="the order file of dlsched plan-ddp --write-order")
@@ -42,3 +42,4 @@ with exit_on_error():                                    # dlsched: one error li
     if env.rank == 0 and a.out:
         torch.save({n: p.detach() for n, p in model.named_parameters()}, a.out)
     dist.destroy_process_group()
+leave()                                                  # dlsched: skip the teardown gloo can abort

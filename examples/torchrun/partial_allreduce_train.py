@@ -12,7 +12,7 @@ import torch.distributed as dist
 from toy import shard, toy_model
 
 from dlsched.hooks.partial_allreduce import PartialAllreduce  # dlsched
-from dlsched.runtime.torchrun import exit_on_error, join      # dlsched
+from dlsched.runtime.torchrun import exit_on_error, join, leave      # dlsched
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--mode", choices=["solo", "majority", "full"], default="solo")
@@ -46,3 +46,4 @@ with exit_on_error():                                                 # dlsched:
     if env.rank == 0 and a.out:
         torch.save({n: p.detach() for n, p in model.named_parameters()}, a.out)
     dist.destroy_process_group()
+leave()                                                  # dlsched: skip the teardown gloo can abort
