@@ -86,14 +86,17 @@ def test_keeping_a_unit_unsharded_skips_its_backward_all_gather_and_costs_memory
     resharded = fsdp_step(g, t, units, FsdpSchedule(), net, FREE)
     kept = fsdp_step(g, t, units, FsdpSchedule(reshard_after_forward={"m1": False}), net, FREE)
     assert kept.figures()["all_gathers"] == 3 and kept.step_s == pytest.approx(9)
-    # both peak in m1's backward: 1 MB of shards, m1 and the prefetched m0 unsharded, m1's gradients
-    assert kept.peak_bytes == resharded.peak_bytes == 4_000_000
-    g, t = _stack([250_000] * 3)
-    units = fsdp_units(g, ["m0", "m1", "m2"], workers=2)
-    every = fsdp_step(g, t, units, FsdpSchedule(reshard_after_forward=dict.fromkeys(["m0", "m1", "m2"], False)),
-                      net, FREE)
-    # all three held from the forward into m2's backward, beside its gradients: 1.5 + 3 + 1 MB
-    assert every.peak_bytes == 5_500_000 > fsdp_step(g, t, units, FsdpSchedule(), net, FREE).peak_bytes
+    # both peak in m1's reduce-scatter: 1 MB of shards, the prefetched m0 unsharded, m1's gradients copied
+    # into the reduce-scatter's input, gloo's clone of it, and the 0.5 MB output shard
+    assert kept.peak_bytes == resharded.peak_bytes == 4_500_000
+    g, t = _stack([250_000] * 4)
+    names = ["m0", "m1", "m2", "m3"]
+    units = fsdp_units(g, names, workers=2)
+    every = fsdp_step(g, t, units, FsdpSchedule(reshard_after_forward=dict.fromkeys(names, False)), net, FREE)
+    # all four held from the forward; at m3's reduce-scatter m0-m2 still are, beside the input, its clone
+    # and the output shard: 2 + 3 + 1 + 1 + 0.5 MB. Resharded, the peak is in m1's backward: m1 and the
+    # prefetched m0, m1's gradients, m2's input (held until m1's post-backward), 2 output shards: 2 + 5 MB
+    assert every.peak_bytes == 7_500_000 > fsdp_step(g, t, units, FsdpSchedule(), net, FREE).peak_bytes == 7_000_000
 
 
 def test_bad_schedules_are_refused():

@@ -17,20 +17,15 @@ FSDP2 model, in an order that alternates each round. A block's step time is
 its steady-state period, from the start of its second step to the start of
 its last; the cluster's is the slowest rank's.
 
-**Peak memory per process, measured**: after the rounds, the largest of
-``PEAK_STEPS`` steps of each model under ``torch.profiler`` with ``profile_memory``: the most the step
-allocated beyond what was allocated as it began, plus what the process held
-then (its parameter shards and optimizer state; the loop's ``zero_grad`` has
-freed the gradients). The profiler's "Total Allocated" is a running count
-that outlives a profiling session: a block allocated while one session
-profiles and freed after it is never taken off. So a second profiled step
-starts from the first one's leftovers (measured on ``vgg_mid``: +10 to +30
-MiB a profiled step), and the step's own figure is each event's total less
-the total just before the step's first event. It still differs from step to
-step (``vgg_mid``, 2 processes, FSDP2's default on 11 units, where every
-collective blocks: 156 to 167 MiB over 8 steps; the cause is not pinned
-down), so a run's peak is the largest of its profiled steps. Both models train on the same batches from the same
-parameters, so afterwards they must hold the same parameters (reported).
+**Peak memory per process, measured**: after the rounds, ``PEAK_STEPS``
+steps of each model under ``torch.profiler`` with ``profile_memory``. A
+step's peak is the most it held at once beyond what it began with
+(:func:`dlsched.profiling.memory_peak.allocated_during`, which says why not
+the profiler's own running total), plus what the process held then (its
+parameter shards and optimizer state; the loop's ``zero_grad`` has freed the
+gradients); the run's is its largest step's. Both models train on the same
+batches from the same parameters, so afterwards they must hold the same
+parameters (reported).
 """
 from __future__ import annotations
 
@@ -44,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dlsched.errors import DlschedError
+from dlsched.profiling.memory_peak import allocated_during
 from dlsched.runtime import launcher
 from dlsched.runtime.ps_failures import transfer_failure
 
@@ -130,22 +126,6 @@ def _peak_of_step(model, opt, step) -> float:
     finally:
         os.unlink(path)
     return float(held + allocated_during(events))
-
-
-def allocated_during(events) -> float:
-    """The most a profiled stretch allocated beyond what was allocated as it began, from its ``[memory]``
-    events (the running total less the total before the first event; module docstring).
-
-    >>> ev = [{"name": "[memory]", "ts": 2, "args": {"Bytes": -4, "Total Allocated": 96}},
-    ...       {"name": "[memory]", "ts": 1, "args": {"Bytes": 8, "Total Allocated": 100}}]
-    >>> allocated_during(ev)
-    8.0
-    """
-    mem = sorted((e for e in events if e.get("name") == "[memory]"), key=lambda e: e.get("ts", 0))
-    if not mem:
-        return 0.0
-    start = mem[0]["args"].get("Total Allocated", 0) - mem[0]["args"].get("Bytes", 0)
-    return float(max(0, max(e["args"].get("Total Allocated", 0) for e in mem) - start))
 
 
 def run_rank(config: dict, rank: int, init_method: str) -> dict:

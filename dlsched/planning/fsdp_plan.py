@@ -48,7 +48,7 @@ from dlsched.dag import Graph
 from dlsched.errors import DlschedError
 from dlsched.formats.fsdp_plan_file import FsdpPlan, parameter_fingerprint
 
-from .memory import MARGIN, check_margin, fmt_bytes, saved_activations, static_estimate
+from .memory import MARGIN, check_margin, fmt_bytes, saved_activations
 
 #: Explicit prefetch depths tried each way (with async all-gathers).
 PREFETCH_DEPTHS = (1, 2)
@@ -129,12 +129,10 @@ def schedules(units: Sequence[FsdpUnit]) -> list[tuple[int, int, FsdpSchedule]]:
 
 
 def fsdp_memory(graph: Graph, optimizer_copies: int = 0) -> FsdpMemory:
-    """The memory sweep's inputs from ``plan-batch``'s static model (DESIGN §5): the saved activations, and
-    the workspace term ``b · M_work`` (the largest forward output) as a transient on the peak."""
+    """The memory sweep's inputs from ``plan-batch``'s model (DESIGN §5): the saved activations. Its
+    workspace term is left out (:mod:`dlsched.analyses.fsdp_step` says why)."""
     activations, _ = saved_activations(graph)
-    est = static_estimate(graph)
-    batch = est.details.get("reference_batch") or 1
-    return FsdpMemory(activations, est.workspace_bytes_per_sample * batch, optimizer_copies)
+    return FsdpMemory(activations, optimizer_copies)
 
 
 def plan_fsdp(graph: Graph, times: Mapping[str, float], network: FsdpNetwork, memory_bytes: float | None = None,
