@@ -190,6 +190,38 @@ def test_killed_worker_fails_cleanly():
     assert codes[2] == -signal.SIGKILL and codes[0] == codes[1] == 2, codes
 
 
+_POST_TO_A_DEAD_PEER = r"""
+import os, sys, time, torch, torch.distributed as dist
+from dlsched.runtime.ps_failures import PSTrainingError, post_transfer
+rank = int(sys.argv[1])
+dist.init_process_group("gloo", rank=rank, world_size=2)
+t = torch.ones(8)
+if rank == 1:
+    dist.recv(t, 0)
+    os._exit(0)
+dist.send(t, 1)
+time.sleep(2)  # rank 1 is gone and its connection closed
+try:
+    post_transfer(lambda: dist.isend(t, 1), "the test send")
+except PSTrainingError as e:
+    print("PSTrainingError:", e)
+os._exit(0)
+"""
+
+
+def test_a_post_to_a_dead_peer_is_a_training_error():
+    """gloo's isend raises at the post, not at the wait, once a dead peer closed the connection: raised from a
+    gradient hook inside ``backward()`` it ended a worker with exit 1 and a traceback (CI, a killed rendezvous
+    host). Posting through ``post_transfer`` makes it the one-line PSTrainingError."""
+    from dlsched.runtime.launcher import free_port
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    procs = [subprocess.Popen([sys.executable, "-c", _POST_TO_A_DEAD_PEER, str(r)], env=env, cwd=REPO,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+    out = [p.communicate(timeout=120) for p in procs]
+    assert "PSTrainingError: posting the test send failed (" in out[0][0], out[0]
+    assert "a peer process probably died" in out[0][0], out[0]
+
+
 def test_stalled_worker_times_out_cleanly():
     from dlsched.hooks.torch_ps import PSTrainingError, launch_local
     cfg = _cfg(SMALL, servers=1, workers=2, iterations=4, batch=4, timeout=8, fail_worker=1, fail_iteration=1,

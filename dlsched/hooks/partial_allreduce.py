@@ -302,8 +302,8 @@ class PartialAllreduce:
         tail[h + self.rank] = float(any(s == r for s, _ in steps))
         if mode == "majority":
             tail[h + p + majority_initiator(self.seed, r, p)] = 1.0
-        work = dist.all_reduce(vec, group=self.group, async_op=True)
-        try:
+        try:  # gloo raises at the post, too, when a dead peer closed the connection
+            work = dist.all_reduce(vec, group=self.group, async_op=True)
             work.wait(seconds(self.timeout))
         except Exception as e:
             raise transfer_failure(f"rank {self.rank}: round {r} of the {self.mode} all-reduce failed or timed out "

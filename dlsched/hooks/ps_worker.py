@@ -25,7 +25,7 @@ import time
 
 from dlsched.runtime.ps_config import PSConfig
 from dlsched.runtime.ps_data import batch_rows, loss_of, target_rows
-from dlsched.runtime.ps_failures import PSTrainingError, seconds, transfer_failure, wait_transfer
+from dlsched.runtime.ps_failures import PSTrainingError, post_transfer, seconds, transfer_failure, wait_transfer
 from dlsched.runtime.ps_protocol import Tags, send_order
 from dlsched.timeline import IterationRecord, Timeline
 
@@ -69,11 +69,8 @@ class ParameterReceiver:
         for s in range(self.cfg.servers):
             for n in send_order(self.cfg, s, worker, it):
                 buf = self.staging[n] if self.cuda else self.params[n].data
-                try:
-                    work = dist.irecv(buf, s, tag=self.tags.param(n))
-                except Exception as e:
-                    raise transfer_failure(f"worker {worker}: posting the receive of {n!r} "
-                                           f"in iteration {it} failed", e) from None
+                work = post_transfer(lambda: dist.irecv(buf, s, tag=self.tags.param(n)),
+                                     f"worker {worker}: the receive of {n!r} in iteration {it}")
                 self.pool.submit(self._complete, n, work)
 
     def _complete(self, name, work):
@@ -178,7 +175,8 @@ class PSWorker:
                 def hook(p):
                     g = p.grad.detach().to("cpu") if self.recv.cuda else p.grad.detach()
                     posted = time.perf_counter()
-                    work = dist.isend(g, cfg.server_of(name), tag=tags.grad(name))
+                    work = post_transfer(lambda: dist.isend(g, cfg.server_of(name), tag=tags.grad(name)),
+                                         f"worker {self.worker}: the gradient of {name!r} in iteration {self.recv.it}")
                     # completed in a waiter thread, so the timeline gets the send's real end
                     self.sends.append((name, g, self.pool.submit(self._sent, name, work, posted)))
                 return hook
@@ -270,7 +268,8 @@ class PSWorker:
                 self.recv.wait_for(n)
             tok = torch.ones(1)
             for s in range(cfg.servers):
-                wait_transfer(dist.isend(tok, s, tag=self.tags.done),
+                wait_transfer(post_transfer(lambda: dist.isend(tok, s, tag=self.tags.done), f"worker {w}: the done "
+                                            f"message in iteration {it}"),
                               f"worker {w}: sending the done message in iteration {it}", cfg.timeout)
         if self.recv.cuda:
             torch.cuda.synchronize()

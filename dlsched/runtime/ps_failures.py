@@ -2,7 +2,9 @@
 
 Every wait on a transfer is bounded, and whatever gloo raises (a timeout, a
 connection closed by a dead peer) becomes one :class:`PSTrainingError` line
-that names the rank, the transfer and the iteration.
+that names the rank, the transfer and the iteration: at the wait, and at the
+post too, since gloo's ``isend`` raises at once on a connection a dead peer
+closed (:func:`post_transfer`).
 """
 from __future__ import annotations
 
@@ -30,6 +32,20 @@ def transfer_failure(msg: str, exc: BaseException | None = None) -> PSTrainingEr
     if exc is not None and ("closed by peer" in str(exc) or "Connection reset" in str(exc)):
         detail += "; a peer process probably died"
     return PSTrainingError(msg + detail)
+
+
+def post_transfer(post, what: str):
+    """Post a transfer: ``post()`` (a ``dist.isend`` or ``dist.irecv``), returning its work.
+
+    Raises
+    ------
+    PSTrainingError
+        Posting ``what`` failed (gloo raises at the post when the peer closed the connection).
+    """
+    try:
+        return post()
+    except Exception as e:  # noqa: BLE001 - gloo's RuntimeError for a closed pair
+        raise transfer_failure(f"posting {what} failed", e) from None
 
 
 def wait_transfer(work, what: str, timeout: float) -> None:
