@@ -12,7 +12,11 @@ module, no collective, then the optimizer (the compute the ranks really
 spend beside each other); and the same of a fourth copy made an FSDP2 model
 with the plan's units on a **one-process group** of its own, where FSDP2
 runs every hook and copy but no collective (what FSDP2's own bookkeeping
-costs the thread). Then a block of ``block`` consecutive steps of each
+costs the thread). Then a **beside** step: the plain copy's forward, then its
+backward while an all-gather of the largest timed size runs in a thread on a
+gloo group of its own (how much the two slow each other down on these cores,
+:func:`dlsched.analyses.calibration.fit_contention`, as ``validate --dp
+ddp`` measures it). Then a block of ``block`` consecutive steps of each
 FSDP2 model, in an order that alternates each round. A block's step time is
 its steady-state period, from the start of its second step to the start of
 its last; the cluster's is the slowest rank's.
@@ -41,9 +45,10 @@ import numpy as np
 from dlsched.errors import DlschedError
 from dlsched.profiling.memory_peak import allocated_during
 from dlsched.runtime import launcher
+from dlsched.runtime.gloo_release import let_go
 from dlsched.runtime.ps_failures import transfer_failure
 
-from .ddp_caps_run import join_with_model
+from .ddp_caps_run import Beside, join_with_model
 
 #: the module every rank runs (``python -m ENTRY``)
 ENTRY = "dlsched.jobs.fsdp_run"
@@ -62,7 +67,9 @@ class FsdpRun:
     """Per mode each measured block's period (s per step, the slowest rank's) and peak memory (bytes, the
     largest rank's); the calibration steps' forward + backward and optimizer, plain and on the one-process
     group (s, the slowest rank's, per round: ``(rounds, 4)``); the timed
-    collectives (sizes in bytes moved, seconds, medians over ranks); the largest parameter difference."""
+    collectives (sizes in bytes moved, seconds, medians over ranks); the largest parameter difference; per
+    round and rank the plain backward alone, the beside step's backward and its all-gather's time from the
+    same start (s, ``(rounds, ranks, 3)``)."""
 
     periods: dict
     peak_bytes: dict
@@ -72,6 +79,7 @@ class FsdpRun:
     reduce_scatter_s: list
     max_param_diff: float
     block: int
+    beside: np.ndarray
 
 
 def _time_collectives(sizes, world: int):
@@ -151,17 +159,20 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
         popt = torch.optim.SGD(plain.parameters(), lr=lr)
         solo = apply_plan(copy.deepcopy(module), default, mesh=_own_mesh(rank, world))
         sopt = torch.optim.SGD(solo.parameters(), lr=lr)
+        beside = Beside(dist, torch, max(config["sizes"]), config["timeout"], kind="all_gather")
 
         def step(m):
             training_loss(models[m](*inputs)).backward()
             opts[m].step()
             opts[m].zero_grad()
 
-        calib, starts = [], {m: [] for m in MODES}
+        calib, contention, starts = [], [], {m: [] for m in MODES}
         for r in range(config["warmup"] + config["rounds"]):
             dist.barrier()
             t0 = time.perf_counter()
-            training_loss(plain(*inputs)).backward()
+            loss = training_loss(plain(*inputs))
+            tf = time.perf_counter()
+            loss.backward()
             t1 = time.perf_counter()
             popt.step()
             popt.zero_grad()
@@ -171,6 +182,14 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
             sopt.step()
             sopt.zero_grad()
             t4 = time.perf_counter()
+            dist.barrier()
+            loss = training_loss(plain(*inputs))
+            b0 = time.perf_counter()
+            beside.start()
+            loss.backward()
+            b1 = time.perf_counter()
+            gathered = beside.join()
+            popt.zero_grad()  # no step: the plain copy's parameters stay where the calibration left them
             for m in (MODES if r % 2 == 0 else MODES[::-1]):
                 dist.barrier()
                 block = []
@@ -182,6 +201,7 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
                     starts[m].append(block)
             if r >= config["warmup"]:
                 calib.append((t1 - t0, t2 - t1, t3 - t2, t4 - t3))
+                contention.append((t1 - tf, b1 - b0, gathered - b0))
         peaks = {m: 0.0 for m in MODES}
         for _ in range(PEAK_STEPS):
             for m in MODES:
@@ -189,13 +209,14 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
                 peaks[m] = max(peaks[m], _peak_of_step(models[m], opts[m], lambda m=m: step(m)))
         full = {m: [p.full_tensor().detach() for p in models[m].parameters()] for m in MODES}
         dist.barrier()
+        let_go(beside.buffers, config["timeout"])  # before the rank may end (runtime/gloo_release)
     except DlschedError:
         raise
     except Exception as e:
         raise transfer_failure(f"rank {rank}: an FSDP2 step or collective failed", e) from None
     diff = max(float((a - b).abs().max()) for a, b in zip(full["default"], full["plan"]))
     return {"rank": rank, "starts": starts, "calibration": calib, "peaks": peaks, "ag": ag, "rs": rs,
-            "max_param_diff": diff}
+            "max_param_diff": diff, "beside": contention}
 
 
 def run_fsdp(model: str, *, workers: int, batch: int, threads: int, plan: dict, sizes, rounds: int, warmup: int,
@@ -223,7 +244,8 @@ def run_fsdp(model: str, *, workers: int, batch: int, threads: int, plan: dict, 
     return FsdpRun(periods, {m: max(r["peaks"][m] for r in res) for m in MODES}, calib, list(sizes),
                    np.median([r["ag"] for r in res], axis=0).tolist(),
                    np.median([r["rs"] for r in res], axis=0).tolist(),
-                   max(r["max_param_diff"] for r in res), block)
+                   max(r["max_param_diff"] for r in res), block,
+                   np.array([r["beside"] for r in res], dtype=float).transpose(1, 0, 2))
 
 
 def main(argv=None) -> None:
