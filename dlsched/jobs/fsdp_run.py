@@ -12,11 +12,14 @@ module, no collective, then the optimizer (the compute the ranks really
 spend beside each other); and the same of a fourth copy made an FSDP2 model
 with the plan's units on a **one-process group** of its own, where FSDP2
 runs every hook and copy but no collective (what FSDP2's own bookkeeping
-costs the thread). Then a **beside** step: the plain copy's forward, then its
-backward while an all-gather of the largest timed size runs in a thread on a
-gloo group of its own (how much the two slow each other down on these cores,
+costs the thread). Then a **beside** step: the plain copy's forward, a
+barrier, then its backward while an all-gather of the largest timed size
+runs in a thread on a gloo group of its own, then that all-gather alone (how
+much the two slow each other down on these cores,
 :func:`dlsched.analyses.calibration.fit_contention`, as ``validate --dp
-ddp`` measures it). Then a block of ``block`` consecutive steps of each
+ddp`` measures it). Without the barrier the all-gather's time held the
+ranks' skew after forward, which read as the collective slowed ×2 beside
+backward on a 150 Mbit/s link. Then a block of ``block`` consecutive steps of each
 FSDP2 model, in an order that alternates each round. A block's step time is
 its steady-state period, from the start of its second step to the start of
 its last; the cluster's is the slowest rank's.
@@ -69,7 +72,7 @@ class FsdpRun:
     group (s, the slowest rank's, per round: ``(rounds, 4)``); the timed
     collectives (sizes in bytes moved, seconds, medians over ranks); the largest parameter difference; per
     round and rank the plain backward alone, the beside step's backward and its all-gather's time from the
-    same start (s, ``(rounds, ranks, 3)``)."""
+    same start, and that all-gather alone (s, ``(rounds, ranks, 4)``)."""
 
     periods: dict
     peak_bytes: dict
@@ -184,12 +187,17 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
             t4 = time.perf_counter()
             dist.barrier()
             loss = training_loss(plain(*inputs))
+            dist.barrier()  # the all-gather's time must not hold the other rank's forward
             b0 = time.perf_counter()
             beside.start()
             loss.backward()
             b1 = time.perf_counter()
             gathered = beside.join()
             popt.zero_grad()  # no step: the plain copy's parameters stay where the calibration left them
+            dist.barrier()  # the same all-gather alone, on the same group: what the beside one is set against
+            a0 = time.perf_counter()
+            beside.start()
+            alone = beside.join()
             for m in (MODES if r % 2 == 0 else MODES[::-1]):
                 dist.barrier()
                 block = []
@@ -201,7 +209,7 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
                     starts[m].append(block)
             if r >= config["warmup"]:
                 calib.append((t1 - t0, t2 - t1, t3 - t2, t4 - t3))
-                contention.append((t1 - tf, b1 - b0, gathered - b0))
+                contention.append((t1 - tf, b1 - b0, gathered - b0, alone - a0))
         peaks = {m: 0.0 for m in MODES}
         for _ in range(PEAK_STEPS):
             for m in MODES:

@@ -176,7 +176,7 @@ def _predict(graph, oracle, run: FsdpRun, plan: FsdpPlanResult, model_bytes: flo
     net = FsdpNetwork(workers, ag[0], ag[1], rs[0], rs[1])
     units = fsdp_units(graph, plan.plan.units, workers)
     b = run.beside
-    f, g = fit_contention(b[:, :, 0].ravel(), b[:, :, 1].ravel(), b[:, :, 2].ravel(), float(run.all_gather_s[-1]))
+    f, g = fit_contention(b[:, :, 0].ravel(), b[:, :, 1].ravel(), b[:, :, 2].ravel(), float(np.median(b[:, :, 3])))
     host = HostCosts(optimizer_s_per_byte=optimizer / model_bytes, per_hook_s=overhead / (4 * len(units)),
                      compute_beside_comm=f, comm_beside_compute=g)
     memory = fsdp_memory(graph)
