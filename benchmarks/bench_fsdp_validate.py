@@ -90,8 +90,6 @@ def summarise(parts: dict) -> dict:
                      **{k: _spread([r[k] for r in runs]) for k in ("measured_gain", "predicted_gain", "gain_error",
                                                                    "max_param_diff")},
                      "budget_bytes": runs[0]["memory_budget_bytes"],
-                     "contention": {k: _spread([r["contention"][k] for r in runs]) for k in runs[0]["contention"]}
-                     if all("contention" in r for r in runs) else None,
                      "under_budget": [r["under_budget"] for r in runs]}
     return out
 
@@ -123,11 +121,7 @@ def report() -> None:
                       f"{s['gain_error']['median']:+.3f} ({s['gain_error']['min']:+.3f}…{s['gain_error']['max']:+.3f})"
                       f"; parameters of the two equal to {s['max_param_diff']['max']:.1e}."
                   + (f" Budget {s['budget_bytes'] / 2**20:.0f} MiB: plan's measured peak under it in "
-                     f"{sum(s['under_budget'])} of {len(s['under_budget'])}." if s["budget_bytes"] else "")
-                  + (f" Beside each other (fitted in the run): backward "
-                     f"×{f(s['contention']['compute_beside_allgather'])} slower beside an all-gather, the all-gather "
-                     f"×{f(s['contention']['allgather_beside_compute'])} beside backward." if s["contention"] else ""),
-                  ""]
+                     f"{sum(s['under_budget'])} of {len(s['under_budget'])}." if s["budget_bytes"] else ""), ""]
     atomic_write_text(OUT / "fsdp_validate.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -28,9 +28,6 @@ def test_validate_fsdp_runs_both_and_reports_each_figure():
     assert out["measured_gain"] == pytest.approx(out["default"]["measured_mean"] / out["plan"]["measured_mean"])
     timed = out["network"]["timed"]
     assert len(timed["bytes"]) == len(timed["all_gather_s"]) == len(timed["reduce_scatter_s"]) >= 2
-    # fitted from the beside steps; a slow-down, never a speed-up (fit_contention's bounds)
-    assert all(1.0 <= f <= 4.0 for f in out["contention"].values()), out["contention"]
-    assert set(out["contention"]) == {"compute_beside_allgather", "allgather_beside_compute"}
 
 
 @pytest.mark.parametrize("args, needles", [

@@ -277,7 +277,6 @@ def fsdp_report(v: FsdpValidation) -> dict:
                         "timed": {"bytes": v.run.sizes, "all_gather_s": v.run.all_gather_s,
                                   "reduce_scatter_s": v.run.reduce_scatter_s}},
             "compute_s": v.compute_s, "optimizer_s": v.optimizer_s, "fsdp_overhead_s": v.overhead_s,
-            "contention": {"compute_beside_allgather": v.contention[0], "allgather_beside_compute": v.contention[1]},
             "iterations": v.iterations, "block": v.run.block, "default": rows["default"], "plan": rows["plan"],
             "measured_gain": measured_gain, "predicted_gain": predicted_gain,
             "gain_error": predicted_gain - measured_gain,

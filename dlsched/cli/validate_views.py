@@ -75,8 +75,6 @@ def render_fsdp(out: dict) -> None:
          ("units", ", ".join(out["units"]) or "the root only"), ("memory budget", budget),
          ("compute per step", f"{fmt_seconds(out['compute_s'])}, optimizer {fmt_seconds(out['optimizer_s'])}"),
          ("FSDP2's own work per step", f"{fmt_seconds(out['fsdp_overhead_s'])} (on a one-process group)"),
-         ("beside each other", f"backward x{out['contention']['compute_beside_allgather']:.3f} slower beside an "
-                               f"all-gather, the all-gather x{out['contention']['allgather_beside_compute']:.3f}"),
          ("all-gather (timed)", f"alpha {fmt_seconds(n['all_gather']['alpha_s'])}, beta "
                                 f"{n['all_gather']['beta_bytes_per_s'] * 8 / 1e6:.0f} Mbit/s"),
          ("reduce-scatter (timed)", f"alpha {fmt_seconds(n['reduce_scatter']['alpha_s'])}, beta "

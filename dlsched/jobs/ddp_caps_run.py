@@ -89,30 +89,17 @@ def _timed_allreduce(dist, torch, nbytes: int) -> float:
     return float(np.median(runs))
 
 
-class Beside:
-    """A collective in a second thread, on a gloo group of its own, while backward runs: DDP's all-reduce of
-    ``nbytes``, or FSDP2's all-gather of ``nbytes`` in all (``kind="all_gather"``)."""
+class _Beside:
+    """An all-reduce of ``nbytes`` in a second thread, on a gloo group of its own, while backward runs."""
 
-    def __init__(self, dist, torch, nbytes: int, timeout: float, kind: str = "all_reduce"):
-        self.dist, self.kind = dist, kind
-        gather = kind == "all_gather"
-        part = max(1, nbytes // (4 * (dist.get_world_size() if gather else 1)))
-        self.buf = torch.zeros(part)
-        self.out = torch.zeros(part * dist.get_world_size()) if gather else None
+    def __init__(self, dist, torch, nbytes: int, timeout: float):
+        self.dist, self.buf = dist, torch.zeros(max(1, nbytes // 4))
         self.group = dist.new_group(backend="gloo", timeout=seconds(timeout))
         self.timeout, self.thread, self.end, self.error = timeout, None, None, None
 
-    @property
-    def buffers(self) -> list:
-        """What gloo may still hold after the last collective (:func:`~dlsched.runtime.gloo_release.let_go`)."""
-        return [self.buf] if self.out is None else [self.buf, self.out]
-
     def _run(self) -> None:
         try:
-            if self.out is not None:
-                self.dist.all_gather_into_tensor(self.out, self.buf, group=self.group)
-            else:
-                self.dist.all_reduce(self.buf, group=self.group)
+            self.dist.all_reduce(self.buf, group=self.group)
             self.end = time.perf_counter()
         except Exception as e:  # noqa: BLE001 - raised in the rank's thread by join()
             self.error = e
@@ -120,17 +107,16 @@ class Beside:
     def start(self) -> None:
         import threading
         self.end = self.error = None
-        self.thread = threading.Thread(target=self._run, name=f"dlsched-beside-{self.kind}", daemon=True)
+        self.thread = threading.Thread(target=self._run, name="dlsched-beside-allreduce", daemon=True)
         self.thread.start()
 
     def join(self) -> float:
-        """When the collective ended (``perf_counter``); raises what it raised."""
+        """When the all-reduce ended (``perf_counter``); raises what it raised."""
         self.thread.join(self.timeout)
         if self.error is not None:
             raise self.error
         if self.end is None:
-            raise TimeoutError(f"the {self.kind.replace('_', '-')} beside backward did not end within "
-                               f"{self.timeout:g} s")
+            raise TimeoutError(f"the all-reduce beside backward did not end within {self.timeout:g} s")
         return self.end
 
 
@@ -172,7 +158,7 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
             opts[slot_name(cap)] = torch.optim.SGD(replica.parameters(), lr=1e-3)
         sizes = config["allreduce_bytes"]
         allreduce = [_timed_allreduce(dist, torch, n) for n in sizes]
-        beside = Beside(dist, torch, max(sizes), config["timeout"])
+        beside = _Beside(dist, torch, max(sizes), config["timeout"])
         slots = [*replicas, CALIBRATION, BESIDE]
         first = next(iter(replicas))
         records = {s: [] for s in slots}
@@ -197,7 +183,7 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
                 if r >= config["warmup"]:
                     records[slot].append((t1 - t0, t2 - t1, t2 - t0, tf - t0, comm))
         dist.barrier()
-        let_go(beside.buffers, config["timeout"])  # before the rank may end (runtime/gloo_release)
+        let_go([beside.buf], config["timeout"])  # before the rank may end (runtime/gloo_release)
     except DlschedError:
         raise
     except Exception as e:

@@ -12,14 +12,7 @@ module, no collective, then the optimizer (the compute the ranks really
 spend beside each other); and the same of a fourth copy made an FSDP2 model
 with the plan's units on a **one-process group** of its own, where FSDP2
 runs every hook and copy but no collective (what FSDP2's own bookkeeping
-costs the thread). Then a **beside** step: the plain copy's forward, a
-barrier, then its backward while an all-gather of the largest timed size
-runs in a thread on a gloo group of its own, then that all-gather alone (how
-much the two slow each other down on these cores,
-:func:`dlsched.analyses.calibration.fit_contention`, as ``validate --dp
-ddp`` measures it). Without the barrier the all-gather's time held the
-ranks' skew after forward, which read as the collective slowed ×2 beside
-backward on a 150 Mbit/s link. Then a block of ``block`` consecutive steps of each
+costs the thread). Then a block of ``block`` consecutive steps of each
 FSDP2 model, in an order that alternates each round. A block's step time is
 its steady-state period, from the start of its second step to the start of
 its last; the cluster's is the slowest rank's.
@@ -48,10 +41,9 @@ import numpy as np
 from dlsched.errors import DlschedError
 from dlsched.profiling.memory_peak import allocated_during
 from dlsched.runtime import launcher
-from dlsched.runtime.gloo_release import let_go
 from dlsched.runtime.ps_failures import transfer_failure
 
-from .ddp_caps_run import Beside, join_with_model
+from .ddp_caps_run import join_with_model
 
 #: the module every rank runs (``python -m ENTRY``)
 ENTRY = "dlsched.jobs.fsdp_run"
@@ -70,9 +62,7 @@ class FsdpRun:
     """Per mode each measured block's period (s per step, the slowest rank's) and peak memory (bytes, the
     largest rank's); the calibration steps' forward + backward and optimizer, plain and on the one-process
     group (s, the slowest rank's, per round: ``(rounds, 4)``); the timed
-    collectives (sizes in bytes moved, seconds, medians over ranks); the largest parameter difference; per
-    round and rank the plain backward alone, the beside step's backward and its all-gather's time from the
-    same start, and that all-gather alone (s, ``(rounds, ranks, 4)``)."""
+    collectives (sizes in bytes moved, seconds, medians over ranks); the largest parameter difference."""
 
     periods: dict
     peak_bytes: dict
@@ -82,7 +72,6 @@ class FsdpRun:
     reduce_scatter_s: list
     max_param_diff: float
     block: int
-    beside: np.ndarray
 
 
 def _time_collectives(sizes, world: int):
@@ -162,20 +151,17 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
         popt = torch.optim.SGD(plain.parameters(), lr=lr)
         solo = apply_plan(copy.deepcopy(module), default, mesh=_own_mesh(rank, world))
         sopt = torch.optim.SGD(solo.parameters(), lr=lr)
-        beside = Beside(dist, torch, max(config["sizes"]), config["timeout"], kind="all_gather")
 
         def step(m):
             training_loss(models[m](*inputs)).backward()
             opts[m].step()
             opts[m].zero_grad()
 
-        calib, contention, starts = [], [], {m: [] for m in MODES}
+        calib, starts = [], {m: [] for m in MODES}
         for r in range(config["warmup"] + config["rounds"]):
             dist.barrier()
             t0 = time.perf_counter()
-            loss = training_loss(plain(*inputs))
-            tf = time.perf_counter()
-            loss.backward()
+            training_loss(plain(*inputs)).backward()
             t1 = time.perf_counter()
             popt.step()
             popt.zero_grad()
@@ -185,19 +171,6 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
             sopt.step()
             sopt.zero_grad()
             t4 = time.perf_counter()
-            dist.barrier()
-            loss = training_loss(plain(*inputs))
-            dist.barrier()  # the all-gather's time must not hold the other rank's forward
-            b0 = time.perf_counter()
-            beside.start()
-            loss.backward()
-            b1 = time.perf_counter()
-            gathered = beside.join()
-            popt.zero_grad()  # no step: the plain copy's parameters stay where the calibration left them
-            dist.barrier()  # the same all-gather alone, on the same group: what the beside one is set against
-            a0 = time.perf_counter()
-            beside.start()
-            alone = beside.join()
             for m in (MODES if r % 2 == 0 else MODES[::-1]):
                 dist.barrier()
                 block = []
@@ -209,7 +182,6 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
                     starts[m].append(block)
             if r >= config["warmup"]:
                 calib.append((t1 - t0, t2 - t1, t3 - t2, t4 - t3))
-                contention.append((t1 - tf, b1 - b0, gathered - b0, alone - a0))
         peaks = {m: 0.0 for m in MODES}
         for _ in range(PEAK_STEPS):
             for m in MODES:
@@ -217,14 +189,13 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
                 peaks[m] = max(peaks[m], _peak_of_step(models[m], opts[m], lambda m=m: step(m)))
         full = {m: [p.full_tensor().detach() for p in models[m].parameters()] for m in MODES}
         dist.barrier()
-        let_go(beside.buffers, config["timeout"])  # before the rank may end (runtime/gloo_release)
     except DlschedError:
         raise
     except Exception as e:
         raise transfer_failure(f"rank {rank}: an FSDP2 step or collective failed", e) from None
     diff = max(float((a - b).abs().max()) for a, b in zip(full["default"], full["plan"]))
     return {"rank": rank, "starts": starts, "calibration": calib, "peaks": peaks, "ag": ag, "rs": rs,
-            "max_param_diff": diff, "beside": contention}
+            "max_param_diff": diff}
 
 
 def run_fsdp(model: str, *, workers: int, batch: int, threads: int, plan: dict, sizes, rounds: int, warmup: int,
@@ -252,8 +223,7 @@ def run_fsdp(model: str, *, workers: int, batch: int, threads: int, plan: dict, 
     return FsdpRun(periods, {m: max(r["peaks"][m] for r in res) for m in MODES}, calib, list(sizes),
                    np.median([r["ag"] for r in res], axis=0).tolist(),
                    np.median([r["rs"] for r in res], axis=0).tolist(),
-                   max(r["max_param_diff"] for r in res), block,
-                   np.array([r["beside"] for r in res], dtype=float).transpose(1, 0, 2))
+                   max(r["max_param_diff"] for r in res), block)
 
 
 def main(argv=None) -> None:

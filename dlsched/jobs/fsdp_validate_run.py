@@ -17,12 +17,9 @@
 5. **The prediction** of both (:func:`dlsched.analyses.fsdp_step.fsdp_step`):
    the profile scaled to the calibration steps' compute, the optimizer's
    measured time per byte, each collective's α and β fitted to its timings
-   (``time = a + n·b``, ``a = (P−1)·α``, ``b = (P−1)/(P·β)``), FSDP2's
+   (``time = a + n·b``, ``a = (P−1)·α``, ``b = (P−1)/(P·β)``), and FSDP2's
    own cost per hook: the one-process FSDP2 step's excess over the plain
-   one, over the four hooks of each unit; and how much compute and a
-   collective slow each other down while both run, from the beside steps
-   (:func:`dlsched.analyses.calibration.fit_contention`): gloo's copies and
-   the kernel's sockets share the cores with backward.
+   one, over the four hooks of each unit.
 
 Examples
 --------
@@ -38,7 +35,6 @@ from typing import Callable, Sequence
 import numpy as np
 
 from dlsched import limits
-from dlsched.analyses.calibration import fit_contention
 from dlsched.analyses.ddp_step import HostCosts
 from dlsched.analyses.fsdp_step import FsdpNetwork, FsdpStepResult, fsdp_step
 from dlsched.analyses.fsdp_units import fsdp_units
@@ -93,8 +89,6 @@ class FsdpValidation:
     wall_s: float
     #: FSDP2's own cost per step on the thread (the one-process step's excess over the plain one), seconds
     overhead_s: float = 0.0
-    #: how many times slower compute runs beside a collective, and a collective beside compute (beside steps)
-    contention: tuple = (1.0, 1.0)
 
     def measured(self, mode: str) -> float:
         return float(np.mean(self.run.periods[mode]))
@@ -155,14 +149,13 @@ def run_fsdp_validation(model: str, *, workers: int = 2, rate: str | None = "aut
         host_info = {"kind": hosts.kind, "rate": hosts.rate, "note": hosts.note}
     finally:
         hosts.close()
-    net, compute, optimizer, (overhead, contention), predicted = _predict(graph, oracle, run, plan, model_bytes,
-                                                                          workers)
+    net, compute, optimizer, overhead, predicted = _predict(graph, oracle, run, plan, model_bytes, workers)
     return FsdpValidation(model, workers, batch, threads, host_info, plan, run, net, compute, optimizer, predicted,
-                          iterations, time.monotonic() - t0, overhead, contention)
+                          iterations, time.monotonic() - t0, overhead)
 
 
 def _predict(graph, oracle, run: FsdpRun, plan: FsdpPlanResult, model_bytes: float,
-             workers: int) -> tuple[FsdpNetwork, float, float, tuple, dict[str, FsdpStepResult]]:
+             workers: int) -> tuple[FsdpNetwork, float, float, float, dict[str, FsdpStepResult]]:
     """Both schedules simulated with what the job measured (module docstring, step 5)."""
     c = run.calibration
     compute, optimizer = float(np.median(c[:, 0])), float(np.median(c[:, 1]))
@@ -175,11 +168,8 @@ def _predict(graph, oracle, run: FsdpRun, plan: FsdpPlanResult, model_bytes: flo
     rs = fit_collective(run.sizes, run.reduce_scatter_s, workers, "reduce-scatters")
     net = FsdpNetwork(workers, ag[0], ag[1], rs[0], rs[1])
     units = fsdp_units(graph, plan.plan.units, workers)
-    b = run.beside
-    f, g = fit_contention(b[:, :, 0].ravel(), b[:, :, 1].ravel(), b[:, :, 2].ravel(), float(np.median(b[:, :, 3])))
-    host = HostCosts(optimizer_s_per_byte=optimizer / model_bytes, per_hook_s=overhead / (4 * len(units)),
-                     compute_beside_comm=f, comm_beside_compute=g)
+    host = HostCosts(optimizer_s_per_byte=optimizer / model_bytes, per_hook_s=overhead / (4 * len(units)))
     memory = fsdp_memory(graph)
     predicted = {m: fsdp_step(graph, times, units, c.schedule, net, host, memory)
                  for m, c in zip(MODES, (plan.default, plan.plan))}
-    return net, compute, optimizer, (overhead, (f, g)), predicted
+    return net, compute, optimizer, overhead, predicted
