@@ -218,7 +218,7 @@ def test_a_post_to_a_dead_peer_is_a_training_error():
     procs = [subprocess.Popen([sys.executable, "-c", _POST_TO_A_DEAD_PEER, str(r)], env=env, cwd=REPO,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in (0, 1)]
     out = [p.communicate(timeout=120) for p in procs]
-    assert "PSTrainingError: posting the test send failed (" in out[0][0], out[0]
+    assert "PSTrainingError: the test send failed at its post (" in out[0][0], out[0]
     assert "a peer process probably died" in out[0][0], out[0]
 
 

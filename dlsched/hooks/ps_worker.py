@@ -25,7 +25,8 @@ import time
 
 from dlsched.runtime.ps_config import PSConfig
 from dlsched.runtime.ps_data import batch_rows, loss_of, target_rows
-from dlsched.runtime.ps_failures import PSTrainingError, post_transfer, seconds, transfer_failure, wait_transfer
+from dlsched.runtime.ps_failures import (PSTrainingError, post_and_wait, post_transfer, seconds, transfer_failure,
+                                         wait_transfer)
 from dlsched.runtime.ps_protocol import Tags, send_order
 from dlsched.timeline import IterationRecord, Timeline
 
@@ -70,7 +71,7 @@ class ParameterReceiver:
             for n in send_order(self.cfg, s, worker, it):
                 buf = self.staging[n] if self.cuda else self.params[n].data
                 work = post_transfer(lambda: dist.irecv(buf, s, tag=self.tags.param(n)),
-                                     f"worker {worker}: the receive of {n!r} in iteration {it}")
+                                     f"worker {worker}: receiving {n!r} from server {s} in iteration {it}")
                 self.pool.submit(self._complete, n, work)
 
     def _complete(self, name, work):
@@ -176,7 +177,8 @@ class PSWorker:
                     g = p.grad.detach().to("cpu") if self.recv.cuda else p.grad.detach()
                     posted = time.perf_counter()
                     work = post_transfer(lambda: dist.isend(g, cfg.server_of(name), tag=tags.grad(name)),
-                                         f"worker {self.worker}: the gradient of {name!r} in iteration {self.recv.it}")
+                                         f"worker {self.worker}: sending the gradient of {name!r} in iteration "
+                                         f"{self.recv.it}")
                     # completed in a waiter thread, so the timeline gets the send's real end
                     self.sends.append((name, g, self.pool.submit(self._sent, name, work, posted)))
                 return hook
@@ -268,8 +270,7 @@ class PSWorker:
                 self.recv.wait_for(n)
             tok = torch.ones(1)
             for s in range(cfg.servers):
-                wait_transfer(post_transfer(lambda: dist.isend(tok, s, tag=self.tags.done), f"worker {w}: the done "
-                                            f"message in iteration {it}"),
+                post_and_wait(lambda: dist.isend(tok, s, tag=self.tags.done),
                               f"worker {w}: sending the done message in iteration {it}", cfg.timeout)
         if self.recv.cuda:
             torch.cuda.synchronize()

@@ -34,7 +34,7 @@ from dlsched.errors import DlschedError
 from .cgroups import cpu_share, memory_fraction
 from .ps_config import PSConfig, PSConfigError
 from .ps_data import global_size
-from .ps_failures import post_transfer, wait_transfer
+from .ps_failures import post_and_wait, wait_transfer
 from .ps_protocol import Tags, worker_rank
 
 #: the fields of a worker's report, in the order they travel
@@ -159,8 +159,7 @@ class WorkerShare:
         import torch
         import torch.distributed as dist
         buf = torch.zeros(2, dtype=torch.int64)
-        wait_transfer(post_transfer(lambda: dist.irecv(buf, 0, tag=self.tags.slice),
-                                    f"worker {self.worker}: the receive of its batch in iteration {it}"),
+        post_and_wait(lambda: dist.irecv(buf, 0, tag=self.tags.slice),
                       f"worker {self.worker}: receiving its batch in iteration {it}", self.cfg.timeout)
         offset, self.size = int(buf[0]), int(buf[1])
         return slice(offset, offset + self.size)
@@ -177,6 +176,5 @@ class WorkerShare:
         import torch
         import torch.distributed as dist
         rep = torch.tensor([busy, cpu_share(), memory_fraction(), self.size], dtype=torch.float64)
-        wait_transfer(post_transfer(lambda: dist.isend(rep, 0, tag=self.tags.report),
-                                    f"worker {self.worker}: its report in iteration {it}"),
+        post_and_wait(lambda: dist.isend(rep, 0, tag=self.tags.report),
                       f"worker {self.worker}: sending its report in iteration {it}", self.cfg.timeout)

@@ -35,17 +35,22 @@ def transfer_failure(msg: str, exc: BaseException | None = None) -> PSTrainingEr
 
 
 def post_transfer(post, what: str):
-    """Post a transfer: ``post()`` (a ``dist.isend`` or ``dist.irecv``), returning its work.
+    """Post the transfer ``what``: ``post()`` (a ``dist.isend`` or ``dist.irecv``), returning its work.
 
     Raises
     ------
     PSTrainingError
-        Posting ``what`` failed (gloo raises at the post when the peer closed the connection).
+        The post failed (gloo raises there when the peer closed the connection).
     """
     try:
         return post()
     except Exception as e:  # noqa: BLE001 - gloo's RuntimeError for a closed pair
-        raise transfer_failure(f"posting {what} failed", e) from None
+        raise transfer_failure(f"{what} failed at its post", e) from None
+
+
+def post_and_wait(post, what: str, timeout: float) -> None:
+    """:func:`post_transfer`, then :func:`wait_transfer` on its work."""
+    wait_transfer(post_transfer(post, what), what, timeout)
 
 
 def wait_transfer(work, what: str, timeout: float) -> None:
