@@ -1,4 +1,4 @@
-"""``dlsched validate`` at the settings users run (issue 33): the CLI's defaults, 3 repeats, and one beside a CPU hog.
+"""``dlsched validate`` at the settings users run (issue 33): the CLI's defaults, 3 repeats, quiet and beside a CPU hog.
 
 What a user types: ``dlsched validate MODEL --mode M --batch B --orders
 random,tac --json`` with everything else at its default (20 measured
@@ -6,7 +6,7 @@ iterations, 3 warm-up rounds, ``--rate auto``, the ``fair`` link model), for
 ``vgg_mid`` and the example transformer, inference and training, at the
 batches of ``bench_validate.py`` (where the balanced rate is one a veth link
 carries on 2 cores). Each configuration runs 3 times on a quiet machine and
-once with a CPU-heavy process beside the cluster (a busy loop on one core,
+3 times with a CPU-heavy process beside the cluster (a busy loop on one core,
 started before the command and stopped after it), since that is how users'
 machines are. Through the CLI, as a user runs it.
 
@@ -124,6 +124,7 @@ def one(part: str, hog: bool) -> dict:
             "orders": {k: {x: v.get(x) for x in keep} for k, v in rows.items()},
             "compute_beside_transfers": out["oracle"]["compute_beside_transfers"], "order_check": check,
             "link_mbit": out["oracle"]["bandwidth_bytes_per_s"] * 8e-6,
+            "link_latency_us": out["oracle"]["latency_s"] * 1e6,
             "compute_per_worker_s": out["oracle"]["compute_per_worker_s"]}
 
 
@@ -144,11 +145,11 @@ def report(runs: list) -> str:
     lines = ["# `dlsched validate` at its defaults (issue 33)", "",
              f"CPU: {cpu_model()}. `dlsched validate MODEL --mode M --batch B --orders random,tac --json`, everything "
              "else at its default (20 measured iterations, 3 warm-up rounds, `--rate auto`, fair links); 3 repeats "
-             "per configuration on a quiet machine, and one or more with a busy loop on one core beside the cluster. "
+             "per configuration on a quiet machine, and 3 with a busy loop on one core beside the cluster. "
              "Errors "
              "are predicted less measured, relative for times, absolute for the TAC/random ratio; brackets: the "
              "run's 95% bootstrap interval of the ratio error; f: the fitted slow-down of compute beside the "
-             "worker's own transfers.", "",
+             "worker's own transfers; link measured: bandwidth and per-transfer latency.", "",
              "| configuration | run | rate | link measured | fitted f | random mean err | TAC mean err "
              "| random p95 err "
              "| TAC p95 err "
@@ -163,6 +164,8 @@ def report(runs: list) -> str:
             ci = t["ratio_error_ci"]
             f = r["compute_beside_transfers"].split(":")[0]
             link = f"{r['link_mbit']:.0f} Mbit/s" if r.get("link_mbit") else "-"
+            if r.get("link_latency_us") is not None:
+                link += f", {r['link_latency_us']:.0f} µs"
             lines.append(f"| {part} | {_label(r, mine)} | {r['rate']} | {link} | {f} | {o['mean_error']:+.1%} | "
                          f"{t['mean_error']:+.1%} | {o['p95_error']:+.1%} | {t['p95_error']:+.1%} | "
                          f"{t['measured_ratio']:.3f} | {t['predicted_ratio']:.3f} | {t['ratio_error']:+.3f} "
@@ -219,8 +222,8 @@ def report(runs: list) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--part", choices=PARTS + ["all"], default="all")
-    ap.add_argument("--hog", action="store_true", help="the run beside a CPU hog (once per configuration)")
-    ap.add_argument("--hog-runs", type=int, default=1, help="with --hog: runs per configuration [1]")
+    ap.add_argument("--hog", action="store_true", help="the runs beside a CPU hog")
+    ap.add_argument("--hog-runs", type=int, default=REPEATS, help=f"with --hog: runs per configuration [{REPEATS}]")
     ap.add_argument("--report", action="store_true", help="only write the report from the runs saved")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so a killed bench stops its CPU hog too

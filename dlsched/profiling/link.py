@@ -24,19 +24,28 @@ SMALL = 4096
 
 
 def link_sizes(rate_bytes: float | None) -> list[int]:
-    """Transfer sizes of the link measurement: :data:`SMALL` three times (a round trip of a few
-    microseconds is easily delayed by a busy CPU; the minimum of 9 counts), then three sizes well past
-    tc's 128 KB burst, the largest taking about 0.4 s on the link (1 MB to 16 MB).
+    """Transfer sizes of the link measurement: three sizes well past tc's 128 KB burst, the largest
+    taking about 0.4 s on the link (1 MB to 16 MB), with three :data:`SMALL` round trips before, between
+    and after them, whose minimum is the latency.
+
+    A busy CPU delays a round trip of a few microseconds in spells, not one
+    at a time: beside a busy loop on a 2-core machine, all 9 small round trips
+    of a measurement once took 3.2–4 ms (a co-runner's time slice) against
+    0.1 ms in the measurements around it, and 2 of 12 came out at 0.8 and
+    1.6 ms, which in the job cost every one of a transformer's 108 transfers
+    per worker that much. Spread over the whole measurement (about a second),
+    12 small round trips of 3 repeats each meet such a spell far less often.
 
     Examples
     --------
     >>> link_sizes(12.5e6)
-    [4096, 4096, 4096, 1250000, 2500000, 5000000]
-    >>> link_sizes(None)[-1]
+    [4096, 4096, 4096, 1250000, 4096, 4096, 4096, 2500000, 4096, 4096, 4096, 5000000, 4096, 4096, 4096]
+    >>> link_sizes(None)[-4]
     16777216
     """
     big = int(min(16 << 20, max(1 << 20, 0.4 * rate_bytes))) if rate_bytes else 16 << 20
-    return [SMALL] * 3 + [big // 4, big // 2, big]
+    small = [SMALL] * 3
+    return [*small, big // 4, *small, big // 2, *small, big, *small]
 
 
 def link_from_minima(m: LinkMeasurement) -> LinkMeasurement:
