@@ -195,6 +195,32 @@ def report(runs: list) -> str:
             checks += [(f"{part}, beside a CPU hog: mean within 10%", abs(hm) <= 0.10),
                        (f"{part}, beside a CPU hog: ratio within ±0.07", abs(hr) <= 0.07)]
     lines += [""] + [f"- {'PASS' if ok else 'FAIL'} {name}" for name, ok in checks]
+    lines += ["", "## How much of the ratio error is the run's own sampling", "",
+              "Each run's 95% bootstrap interval of the ratio error, over 3.92, is the error's standard deviation "
+              "from the run's 20 iterations per order alone (`sd`). `rms z`: the root mean square of error / sd over "
+              "the runs (1 if the errors were that sampling alone). `expected beyond ±0.07`: how many of the runs a "
+              "predictor exact in expectation would still put beyond ±0.07, the sum over runs of "
+              "P(|N(0, sd)| > 0.07). Across runs: the standard deviation of the measured and of the predicted "
+              "ratio from run to run at the same settings (the predicted one moves with what the run's calibration "
+              "iterations fitted, which its interval does not hold).", "",
+              "| configuration | runs | median sd | rms z | expected beyond ±0.07 | measured beyond ±0.07 "
+              "| measured ratio across runs, sd | predicted ratio across runs, sd |",
+              "|---|---|---|---|---|---|---|---|"]
+    for part in PARTS:
+        for hog in (False, True):
+            mine = [x for x in runs if x["part"] == part and x["hog"] == hog]
+            if not mine:
+                continue
+            errs = [x["orders"]["tac"]["ratio_error"] for x in mine]
+            sds = [(x["orders"]["tac"]["ratio_error_ci"][1] - x["orders"]["tac"]["ratio_error_ci"][0]) / 3.92
+                   for x in mine]
+            rms = math.sqrt(statistics.fmean((e / d) ** 2 for e, d in zip(errs, sds)))
+            expect = sum(1 - math.erf(0.07 / d / math.sqrt(2)) for d in sds)
+            across = [statistics.stdev(x["orders"]["tac"][k] for x in mine) if len(mine) > 1 else math.nan
+                      for k in ("measured_ratio", "predicted_ratio")]
+            lines.append(f"| {part}{', beside a hog' if hog else ''} | {len(mine)} | {statistics.median(sds):.3f} "
+                         f"| {rms:.2f} | {expect:.2f} | {sum(abs(e) > 0.07 for e in errs)} "
+                         f"| {across[0]:.3f} | {across[1]:.3f} |")
     lines += ["", "## Is the real unordered order uniform?", "",
               "Per run, over the `random` order's measured iterations (each worker's and server's send order): the "
               "mean Spearman correlation between a parameter's place in the send order and in the declaration order "
