@@ -61,3 +61,26 @@ def test_a_profiled_step_is_measured_from_its_own_start_not_from_an_earlier_sess
     second = _peak_of_step(model, opt, step)
     assert first - held >= 4 * 2**20
     assert second == pytest.approx(first, rel=0.05)
+
+
+def test_the_one_process_step_meets_the_ranks_before_each_units_forward_and_backward(tmp_path):
+    import torch
+    import torch.distributed as dist
+
+    from dlsched.factory import call_factory, training_loss
+    from dlsched.jobs.fsdp_run import meet_where_fsdp_meets
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        module, inputs, _ = call_factory(TOY, batch=4)
+        met = []
+        real_barrier = dist.barrier
+        dist.barrier = lambda *a, **k: (met.append(1), real_barrier(*a, **k))[1]  # counts the real barriers
+        try:
+            assert meet_where_fsdp_meets(module, ["0", "2"]) == 6
+            training_loss(module(*inputs)).backward()
+        finally:
+            dist.barrier = real_barrier
+        assert len(met) == 6  # the forward and the backward of units 0 and 2 and of the root
+        assert all(p.grad is not None for p in module.parameters())
+    finally:
+        dist.destroy_process_group()

@@ -74,7 +74,8 @@ def render_fsdp(out: dict) -> None:
         [("hosts", out["hosts"]["note"]), ("CPU", out["cpu"]),
          ("units", ", ".join(out["units"]) or "the root only"), ("memory budget", budget),
          ("compute per step", f"{fmt_seconds(out['compute_s'])}, optimizer {fmt_seconds(out['optimizer_s'])}"),
-         ("FSDP2's own work per step", f"{fmt_seconds(out['fsdp_overhead_s'])} (on a one-process group)"),
+         ("FSDP2's own work per step", f"{fmt_seconds(out['fsdp_overhead_s'])} (on a one-process group, the "
+                                       "ranks meeting where its collectives meet)"),
          ("all-gather (timed)", f"alpha {fmt_seconds(n['all_gather']['alpha_s'])}, beta "
                                 f"{n['all_gather']['beta_bytes_per_s'] * 8 / 1e6:.0f} Mbit/s"),
          ("reduce-scatter (timed)", f"alpha {fmt_seconds(n['reduce_scatter']['alpha_s'])}, beta "

@@ -19,7 +19,9 @@
    measured time per byte, each collective's α and β fitted to its timings
    (``time = a + n·b``, ``a = (P−1)·α``, ``b = (P−1)/(P·β)``), and FSDP2's
    own cost per hook: the one-process FSDP2 step's excess over the plain
-   one, over the four hooks of each unit.
+   one, over the four hooks of each unit. The one-process step's ranks meet
+   where FSDP2's collectives make them meet, so that excess also holds what
+   waiting for the slowest rank at each collective costs.
 
 Examples
 --------
@@ -87,7 +89,8 @@ class FsdpValidation:
     predicted: dict  # mode -> FsdpStepResult
     iterations: int
     wall_s: float
-    #: FSDP2's own cost per step on the thread (the one-process step's excess over the plain one), seconds
+    #: FSDP2's own cost per step on the thread, meeting the other ranks included (the one-process step's
+    #: excess over the plain one), seconds
     overhead_s: float = 0.0
 
     def measured(self, mode: str) -> float:
