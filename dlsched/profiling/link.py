@@ -29,12 +29,13 @@ def link_sizes(rate_bytes: float | None) -> list[int]:
     and after them, whose minimum is the latency.
 
     A busy CPU delays a round trip of a few microseconds in spells, not one
-    at a time: beside a busy loop on a 2-core machine, all 9 small round trips
-    of a measurement once took 3.2–4 ms (a co-runner's time slice) against
-    0.1 ms in the measurements around it, and 2 of 12 came out at 0.8 and
-    1.6 ms, which in the job cost every one of a transformer's 108 transfers
-    per worker that much. Spread over the whole measurement (about a second),
-    12 small round trips of 3 repeats each meet such a spell far less often.
+    at a time: beside a busy loop on a 2-core machine, 2 of 12 measurements
+    with their 9 small round trips back to back had all 9 delayed (3.2–4 ms
+    each in one, a co-runner's time slice, against 0.1 ms), giving a latency
+    of 0.8 and 1.6 ms that the simulator charged to every one of a
+    transformer's 108 transfers per worker. Spread over the whole measurement
+    (about a second), 12 small round trips of 3 repeats each meet such a
+    spell far less often.
 
     Examples
     --------
