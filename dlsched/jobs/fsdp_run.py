@@ -116,7 +116,7 @@ def meet_where_fsdp_meets(model, units) -> int:
     A rank that reaches a collective first waits for the others, so a step
     that meets ``k`` times costs the sum of ``k`` slowest segments, not the
     slowest sum. On 2 ranks on 2 cores (transformer, loopback) the
-    one-process step took 0.311–0.332 s alone and 0.335–0.356 s meeting at
+    one-process step took 0.311–0.335 s alone and 0.335–0.356 s meeting at
     10 points, and FSDP2's default step spent 0.023 s a step waiting inside
     its collectives for the other rank (each call's time less the faster
     rank's); collectives timed back to back after a barrier do not hold it.
