@@ -44,7 +44,7 @@ from typing import Callable
 
 from dlsched.errors import DlschedError
 
-from .lifetime import children_die_with_launcher, end_children, left_by_the_dead, watch_launcher
+from .lifetime import children_die_with_launcher, end_children, left_by_the_dead, say_error, watch_launcher
 from .torchrun import TorchrunError, job_environment
 
 
@@ -284,12 +284,12 @@ def rank_main(argv, description: str, run_rank: Callable[[dict, int, str], objec
         torch.save(result, tmp)
         os.replace(tmp, a.out)
     except DlschedError as e:
-        print(f"dlsched: error: {e}", file=sys.stderr, flush=True)
+        say_error(str(e))
         os._exit(2)
     except BaseException as e:  # noqa: BLE001 - never hang in teardown
         import traceback
         traceback.print_exc()
-        print(f"dlsched: error: rank {a.rank}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        say_error(f"rank {a.rank}: {type(e).__name__}: {e}")
         os._exit(1)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -49,13 +49,21 @@ import threading
 import time
 from pathlib import Path
 
-__all__ = ["STOP_SIGNALS", "children_die_with_launcher", "end_children", "kill_children", "watch_launcher"]
+__all__ = ["STOP_SIGNALS", "children_die_with_launcher", "end_children", "kill_children", "say_error", "watch_launcher"]
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 #: The signals after which :func:`children_die_with_launcher` kills the children
 #: (those this platform has): a polite request to stop, Ctrl-C, a closed terminal.
 STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, n))
+
+
+def say_error(text: str) -> None:
+    """Print ``dlsched: error: TEXT`` on stderr in one write. Ranks under torchrun share one stderr, and
+    ``print``'s text and newline can land apart with another rank's line between them (seen in 2 of 8
+    runs of two ranks failing at once: one line held both messages)."""
+    sys.stderr.flush()
+    os.write(2, f"dlsched: error: {text}\n".encode(errors="replace"))
 
 
 def _alive(pid: int) -> bool:
@@ -119,7 +127,7 @@ def watch_launcher(launcher: int, interval: float = 0.5, deathsig: bool = True, 
         return os.getppid() != parent or not _alive(launcher)
 
     def stop():
-        print(f"dlsched: error: the launcher (pid {launcher}) is gone; {name} stops", file=sys.stderr, flush=True)
+        say_error(f"the launcher (pid {launcher}) is gone; {name} stops")
         os._exit(2)
 
     if gone():  # it died before the death signal was armed

@@ -52,6 +52,8 @@ from urllib.parse import urlparse
 
 from dlsched.errors import DlschedError
 
+from .lifetime import say_error
+
 __all__ = ["ENV_VARS", "JobEnv", "NotUnderTorchrun", "TorchrunError", "exit_on_error", "job_env",
            "job_environment", "join", "store_client"]
 
@@ -212,6 +214,6 @@ def exit_on_error(prefix: str = ""):
     try:
         yield
     except DlschedError as e:
-        print(f"dlsched: error: {prefix}{e}", file=sys.stderr, flush=True)
+        say_error(f"{prefix}{e}")
         sys.stdout.flush()
         os._exit(2)
