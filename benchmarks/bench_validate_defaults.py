@@ -197,12 +197,13 @@ def report(runs: list) -> str:
     lines += [""] + [f"- {'PASS' if ok else 'FAIL'} {name}" for name, ok in checks]
     lines += ["", "## How much of the ratio error is the run's own sampling", "",
               "Each run's 95% bootstrap interval of the ratio error, over 3.92, is the error's standard deviation "
-              "from the run's 20 iterations per order alone (`sd`). `rms z`: the root mean square of error / sd over "
-              "the runs (1 if the errors were that sampling alone). `expected beyond ±0.07`: how many of the runs a "
-              "predictor exact in expectation would still put beyond ±0.07, the sum over runs of "
-              "P(|N(0, sd)| > 0.07). Across runs: the standard deviation of the measured and of the predicted "
-              "ratio from run to run at the same settings (the predicted one moves with what the run's calibration "
-              "iterations fitted, which its interval does not hold).", "",
+              "as the run itself puts it (`sd`: its 20 iterations per order, its calibration rounds, random's "
+              "predictions paired with the measured iterations whose seeded orders they ran). `rms z`: the root "
+              "mean square of error / sd over the runs (1 if the intervals hold what moves the error). "
+              "`expected beyond ±0.07`: how many of the runs a predictor exact in expectation would still put "
+              "beyond ±0.07, the sum over runs of P(|N(0, sd)| > 0.07). Across runs: the standard deviation of the "
+              "measured and of the predicted ratio from run to run at the same configuration (the rate `auto` "
+              "picks moves from run to run, and the machine with it).", "",
               "| configuration | runs | median sd | rms z | expected beyond ±0.07 | measured beyond ±0.07 "
               "| measured ratio across runs, sd | predicted ratio across runs, sd |",
               "|---|---|---|---|---|---|---|---|"]
@@ -224,7 +225,9 @@ def report(runs: list) -> str:
     lines += ["", "## Is the real unordered order uniform?", "",
               "Per run, over the `random` order's measured iterations (each worker's and server's send order): the "
               "mean Spearman correlation between a parameter's place in the send order and in the declaration order "
-              "(0 for uniform permutations), its standard error, and the largest z-score of a parameter's mean place.",
+              "(0 for uniform permutations), its standard error, and the largest z-score of a parameter's mean place. "
+              "The permutations are seeded by (seed, server, worker, iteration): at the default seed every run sends "
+              "the same ones.",
               "", "| configuration | run | orders × transfers | mean Spearman ρ | standard error "
               "| max |z| of a place |",
               "|---|---|---|---|---|---|"]

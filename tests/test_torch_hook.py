@@ -138,13 +138,19 @@ def test_rotation_interleaves_orders_per_iteration():
     from dlsched.hooks.torch_ps import launch_local, order_from_module
     names = order_from_module(WIDE)
     rotation = [names, None, names[::-1]]
-    run = launch_local(_cfg(WIDE, names, servers=1, workers=2, iterations=6, batch=2, mode="inference",
-                            rotation=rotation))
+    cfg = _cfg(WIDE, names, servers=1, workers=2, iterations=6, batch=2, mode="inference", rotation=rotation)
+    run = launch_local(cfg)
     assert [r.sent_order[0] for r in run.timeline.records if r.iteration % 3 != 1] \
         == [rotation[r.iteration % 3] for r in run.timeline.records if r.iteration % 3 != 1]
     unordered = {tuple(r.sent_order[0]) for r in run.timeline.records if r.iteration % 3 == 1}
     assert len(unordered) > 1 and all(sorted(o) == sorted(names) for o in unordered)
     _assert_runs_in_order(run.timeline.records, lambda r: r.sent_order[0])
+    # validate predicts the unordered iterations with the very permutations the servers send, known ahead
+    from dlsched.analyses.validate import observed_priorities
+    from dlsched.jobs.validate_run import sent_priorities
+    ahead = sent_priorities(cfg, [1, 4])
+    seen = {(r.iteration, r.worker): observed_priorities(r) for r in run.timeline.records if r.iteration % 3 == 1}
+    assert [[seen[(it, w)] for w in range(2)] for it in (1, 4)] == ahead
 
 
 def test_inversions_count_pairs_out_of_order():

@@ -15,7 +15,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from dlsched.analyses.multiworker_bounds import rate_ops, trace_frame
-from dlsched.analyses.validate import (add_ratio_intervals, fit_line, iteration_stats, observed_priorities,
+from dlsched.analyses.validate import (PredictedSample, add_ratio_intervals, fit_line, iteration_stats,
+                                       observed_priorities, ratio_intervals,
                                        ratio_error_interval, ratio_interval, ratio_verdict, relative_error,
                                        sample_p95)
 from dlsched.jobs.validate_run import pick_rate
@@ -194,6 +195,72 @@ def test_bootstrap_equals_the_loop():
          for bi, ti in zip(rng.integers(0, 3, size=(50, 3)), rng.integers(0, 4, size=(50, 4)))]
     assert ratio_error_interval(base, times, pb, pt, 0.95, 50, 3) == pytest.approx(
         list(np.percentile([b - a for a, b in zip(m, p)], [2.5, 97.5])), rel=1e-12)
+
+
+def _loop_ratio_intervals(mb, m, pb, p, resamples, seed):
+    """:func:`ratio_intervals` written out: per resample, each predicted iteration weighted by hand by how often
+    its draw, its calibration round and its paired measured iteration were drawn."""
+    rng = np.random.default_rng(seed)
+    bi = rng.integers(0, len(mb), size=(resamples, len(mb)))
+    ti = rng.integers(0, len(m), size=(resamples, len(m)))
+    pbi = rng.integers(0, len(pb.times), size=(resamples, len(pb.times)))
+    pti = rng.integers(0, len(p.times), size=(resamples, len(p.times)))
+    rounds = {n: rng.integers(0, n, size=(resamples, n)) for n in sorted({s.n_rows for s in (pb, p) if s.rows})}
+
+    def mean(sample, draws, r):
+        total = weight_sum = 0.0
+        for i, x in enumerate(sample.times):
+            w = 1.0 if sample.pairs else float(list(draws[r]).count(i))
+            if sample.rows:
+                w *= list(rounds[sample.n_rows][r]).count(sample.rows[i])
+            if sample.pairs:
+                w *= list(bi[r]).count(sample.pairs[i])
+            total, weight_sum = total + w * x, weight_sum + w
+        return total / weight_sum
+    errs = []
+    for r in range(resamples):
+        measured = (sum(mb[i] for i in bi[r]) / len(mb)) / (sum(m[i] for i in ti[r]) / len(m))
+        errs.append(mean(pb, pbi, r) / mean(p, pti, r) - measured)
+    return list(np.percentile(errs, [2.5, 97.5]))
+
+
+def test_weighted_bootstrap_equals_the_loop():
+    mb, m = [1.0, 1.3, 0.9, 1.1], [0.8, 0.7, 0.95]
+    # every (round, pair) once, and each round's iterations many: no resample draws none of them
+    pb = PredictedSample([1.02, 1.25, 0.93, 1.12, 1.0, 1.3, 0.88, 1.1, 1.05, 1.28, 0.9, 1.15],
+                         rows=[r for r in range(3) for _ in range(4)], n_rows=3, pairs=[0, 1, 2, 3] * 3)
+    p = PredictedSample([0.8 + 0.01 * i for i in range(15)], rows=[i % 3 for i in range(15)], n_rows=3)
+    for seed in (0, 5):
+        assert ratio_intervals(mb, m, pb, p, 0.95, 60, seed)["error"] == pytest.approx(
+            _loop_ratio_intervals(mb, m, pb, p, 60, seed), rel=1e-9)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.floats(0.5, 2.0), min_size=5, max_size=20), st.floats(-0.2, 0.2))
+def test_pairing_takes_the_shared_orders_luck_out_of_the_error(base, offset):
+    """A prediction that is each measured baseline iteration's own time plus a constant: paired, the error's
+    interval is a point; drawn alone, it is as wide as the iterations' spread makes it."""
+    assume(max(base) - min(base) >= 0.3)
+    pb = [t + offset for t in base]
+    order = [0.5] * len(base)
+    paired = ratio_intervals(base, order, PredictedSample(pb, pairs=list(range(len(base)))), order)["error"]
+    alone = ratio_intervals(base, order, pb, order)["error"]
+    assert paired[1] - paired[0] == pytest.approx(0, abs=1e-9) and paired[0] == pytest.approx(2 * offset)
+    assert alone[1] - alone[0] > 0.1
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.floats(-1, 1), min_size=8, max_size=8))
+def test_calibration_rounds_widen_the_predicted_interval(levels):
+    """An order predicted from 8 calibration rounds that disagree by up to ±10%: resampling the rounds
+    widens the predicted ratio's interval beyond the simulator's own (iterations drawn alone)."""
+    assume(max(levels) - min(levels) >= 0.5)
+    rows = [r for r in range(8) for _ in range(10)]
+    times = [0.8 * (1 + 0.1 * levels[r]) for r in rows]
+    base = [1.0] * 20
+    wide = ratio_intervals(base, base, base, PredictedSample(times, rows=rows, n_rows=8))["predicted"]
+    narrow = ratio_intervals(base, base, base, times)["predicted"]
+    assert wide[1] - wide[0] > 1.5 * (narrow[1] - narrow[0])
 
 
 def test_ratio_intervals_on_every_order_but_the_baseline():

@@ -23,6 +23,7 @@ Examples
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -148,7 +149,8 @@ class Predicted:
 def predict_iterations(graph: Graph, times: Mapping[str, float], workers: int,
                        priorities: Mapping[str, int] | None, iterations: int, sharing: str,
                        compute_factors: Sequence[Sequence[float]] = ((1.0,),), seed: int = 0,
-                       overlap: float = 1.0) -> Predicted:
+                       overlap: float = 1.0, sent: Sequence[Sequence[Mapping[str, int]]] | None = None
+                       ) -> Predicted:
     """Simulate ``iterations`` synchronous iterations in which each worker's compute is scaled per iteration.
 
     ``compute_factors`` holds rows, one per measured iteration, of each
@@ -159,8 +161,14 @@ def predict_iterations(graph: Graph, times: Mapping[str, float], workers: int,
     workers that slowed each other down (two steps at once on shared cores)
     stay together. A row of another length than ``workers`` is sampled with
     replacement. Without ``priorities`` every worker draws its own random
-    transfer order per iteration. Compute beside the worker's own transfers
-    runs ``overlap`` times slower.
+    transfer order per iteration, or, given ``sent`` (per iteration of a
+    real unordered run, each worker's priorities), predicted iteration ``i``
+    runs the orders of ``sent[i mod len(sent)]``: a run's 20 unordered
+    iterations are 20 draws of the permutations, and their luck is then the
+    prediction's too. Compute beside the worker's own transfers runs
+    ``overlap`` times slower. ``per_iteration`` also holds what each
+    iteration drew: ``row`` (of ``compute_factors``) and ``pair`` (of
+    ``sent``, or −1), for :func:`ratio_intervals`.
 
     Examples
     --------
@@ -181,18 +189,22 @@ def predict_iterations(graph: Graph, times: Mapping[str, float], workers: int,
     base = np.asarray(sg.dur, dtype=float)
     fixed = transfer_ranks(sg, priorities, 0, "canonical") if priorities is not None else None
     rows = []
+    pairs = [[transfer_ranks(sg, p, 0, "canonical") for p in ps] for ps in sent] if sent and fixed is None else []
     for it in range(iterations):
-        row = np.asarray(compute_factors[int(rng.integers(len(compute_factors)))], dtype=float)
+        k = int(rng.integers(len(compute_factors)))
+        row = np.asarray(compute_factors[k], dtype=float)
         f = row if row.size == workers else rng.choice(row, size=workers)
         durs = [np.where(on_compute, base * fw, base).tolist() for fw in f]
-        ranks = [fixed if fixed is not None else transfer_ranks(sg, None, int(rng.integers(2 ** 31)), "random")
-                 for _ in range(workers)]
+        pair = it % len(pairs) if pairs else -1
+        ranks = (pairs[pair] if pairs else
+                 [fixed if fixed is not None else transfer_ranks(sg, None, int(rng.integers(2 ** 31)), "random")
+                  for _ in range(workers)])
         _, end = run_workers(sg, durs, ranks, [(w - it) % workers for w in range(workers)], sharing,
                               overlap=overlap)
         spans = [max(e, default=0.0) for e in end]
         slow = max(spans)
         rows.append({"iteration": it, "iteration_time": slow,
-                     "straggler_share": (slow - min(spans)) / slow if slow > 0 else 0.0})
+                     "straggler_share": (slow - min(spans)) / slow if slow > 0 else 0.0, "row": k, "pair": pair})
     return Predicted(pd.DataFrame(rows))
 
 
@@ -270,6 +282,58 @@ def add_throughput_ratios(rows: dict[str, dict], baseline: str = "random") -> No
         row["ratio_error"] = row["predicted_ratio"] - row["measured_ratio"]
 
 
+@dataclass(frozen=True)
+class PredictedSample:
+    """Predicted iteration times and what each one drew (:func:`predict_iterations`'s ``row`` and ``pair``).
+
+    ``rows[i]``: the calibration row (of ``n_rows``, one per calibration
+    round) iteration ``i`` drew its compute factors from; ``pairs[i]``: the
+    measured baseline iteration whose transfer orders it ran. Either may be
+    ``None``: nothing drawn.
+    """
+
+    times: Sequence[float]
+    rows: Sequence[int] | None = None
+    n_rows: int = 0
+    pairs: Sequence[int] | None = None
+
+    @classmethod
+    def of(cls, sample) -> "PredictedSample":
+        """``sample`` itself, or plain iteration times as a sample that drew nothing."""
+        return sample if isinstance(sample, PredictedSample) else cls(list(sample))
+
+    @classmethod
+    def from_frame(cls, per_iteration, n_rows: int) -> "PredictedSample":
+        """From :func:`predict_iterations`'s ``per_iteration`` (``pair`` −1: no pair)."""
+        pairs = per_iteration["pair"].tolist()
+        return cls(per_iteration["iteration_time"].tolist(), per_iteration["row"].tolist(), n_rows,
+                   pairs if min(pairs, default=-1) >= 0 else None)
+
+
+def _counts(idx: np.ndarray, n: int) -> np.ndarray:
+    """Per resample (row of ``idx``), how many times each of ``0 … n−1`` was drawn."""
+    out = np.zeros((idx.shape[0], n))
+    np.add.at(out, (np.arange(idx.shape[0])[:, None], idx), 1.0)
+    return out
+
+
+def _resampled_means(sample: PredictedSample, idx: np.ndarray, rounds: dict, base_counts) -> np.ndarray:
+    """Each resample's mean of ``sample`` drawn at ``idx``, its iterations weighted by how often their
+    calibration round (``rounds[n_rows]``) and their paired measured iteration (``base_counts``) were drawn."""
+    x = np.asarray(sample.times, dtype=float)
+    if sample.rows is None and sample.pairs is None:
+        return x[idx].mean(axis=1)
+    # paired: drawing the measured iterations draws their orders' predictions, all of them
+    w = np.ones((idx.shape[0], x.size)) if sample.pairs is not None else _counts(idx, x.size)
+    if sample.rows is not None:
+        w *= rounds[sample.n_rows][:, np.asarray(sample.rows)]
+    if sample.pairs is not None:
+        w *= base_counts[:, np.asarray(sample.pairs)]
+    total = w.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 0, w @ x / np.where(total > 0, total, 1.0), math.nan)
+
+
 def _resampled_ratios(base_times: Sequence[float], times: Sequence[float], rng: np.random.Generator,
                       resamples: int) -> np.ndarray:
     """``mean(base*) / mean(times*)`` for ``resamples`` resamples, each sample drawn with replacement on its own."""
@@ -282,9 +346,12 @@ def _resampled_ratios(base_times: Sequence[float], times: Sequence[float], rng: 
 
 
 def _percentiles(values: np.ndarray, level: float) -> list[float]:
-    """The central ``level`` interval ``[lo, hi]`` of ``values`` (``numpy.percentile``, linear)."""
-    if np.isnan(values).any():
+    """The central ``level`` interval ``[lo, hi]`` of ``values`` (``numpy.percentile``, linear), NaN if more
+    than 1% of them are (a resample that drew no predicted iteration at all is dropped)."""
+    values = np.asarray(values, dtype=float)
+    if values.size == 0 or np.isnan(values).mean() > 0.01:
         return [math.nan, math.nan]
+    values = values[~np.isnan(values)]
     lo, hi = np.percentile(values, [50 * (1 - level), 50 * (1 + level)])
     return [float(lo), float(hi)]
 
@@ -309,10 +376,60 @@ def ratio_interval(base_times: Sequence[float], times: Sequence[float], level: f
     return _percentiles(_resampled_ratios(base_times, times, np.random.default_rng(seed), resamples), level)
 
 
+def ratio_intervals(measured_base: Sequence[float], measured: Sequence[float], predicted_base, predicted,
+                    level: float = RATIO_LEVEL, resamples: int = RATIO_RESAMPLES, seed: int = 0) -> dict:
+    """Percentile bootstrap intervals of the measured ratio, the predicted one, and the predicted less the measured.
+
+    Each resample draws every sample's iterations with replacement. A
+    predicted sample (:class:`PredictedSample`) that says what its
+    iterations drew is also weighted by a resample of the calibration rounds
+    (every predicted sample with the same ``n_rows`` the same one: the
+    rounds gave the baseline's factors and the order's together), so the
+    interval holds the prediction's own sampling, not only the simulator's;
+    and, paired with the measured baseline, by how often each measured
+    baseline iteration was drawn: a measured unordered iteration and the
+    predictions of its transfer orders go in and out of a resample together,
+    and the orders' luck, shared by both, leaves the error. Plain sequences
+    are drawn alone; the measured ratios are those of :func:`ratio_interval`
+    with the same ``seed``.
+
+    Returns ``{"measured": [lo, hi], "predicted": [lo, hi], "error": [lo, hi]}``.
+
+    Examples
+    --------
+    A prediction that ran each measured baseline iteration's orders: the
+    orders' spread (0.9 to 1.3 s) leaves the error's interval.
+
+    >>> base = [0.9, 1.3, 1.0, 1.2]
+    >>> pb = PredictedSample([t + 0.01 for t in base] * 2, pairs=[0, 1, 2, 3] * 2)
+    >>> out = ratio_intervals(base, [0.8] * 4, pb, [0.8] * 8)
+    >>> [round(x, 4) for x in out["error"]], out["measured"][1] - out["measured"][0] > 0.3
+    ([0.0125, 0.0125], True)
+    """
+    rng = np.random.default_rng(seed)
+    mb, m = np.asarray(measured_base, dtype=float), np.asarray(measured, dtype=float)
+    pb, p = PredictedSample.of(predicted_base), PredictedSample.of(predicted)
+    if min(mb.size, m.size, len(pb.times), len(p.times)) == 0:
+        nan = [math.nan, math.nan]
+        return {"measured": nan, "predicted": nan, "error": nan}
+    bi = rng.integers(0, mb.size, size=(resamples, mb.size))
+    ti = rng.integers(0, m.size, size=(resamples, m.size))
+    pbi = rng.integers(0, len(pb.times), size=(resamples, len(pb.times)))
+    pti = rng.integers(0, len(p.times), size=(resamples, len(p.times)))
+    rounds = {n: _counts(rng.integers(0, n, size=(resamples, n)), n)
+              for n in sorted({s.n_rows for s in (pb, p) if s.rows is not None})}
+    base_counts = _counts(bi, mb.size) if pb.pairs is not None or p.pairs is not None else None
+    measured_r = mb[bi].mean(axis=1) / m[ti].mean(axis=1)
+    predicted_r = (_resampled_means(pb, pbi, rounds, base_counts) / _resampled_means(p, pti, rounds, base_counts))
+    return {"measured": _percentiles(measured_r, level), "predicted": _percentiles(predicted_r, level),
+            "error": _percentiles(predicted_r - measured_r, level)}
+
+
 def ratio_error_interval(measured_base: Sequence[float], measured: Sequence[float],
-                         predicted_base: Sequence[float], predicted: Sequence[float], level: float = RATIO_LEVEL,
+                         predicted_base, predicted, level: float = RATIO_LEVEL,
                          resamples: int = RATIO_RESAMPLES, seed: int = 0) -> list[float]:
-    """Percentile bootstrap interval ``[lo, hi]`` of the predicted ratio less the measured one.
+    """Percentile bootstrap interval ``[lo, hi]`` of the predicted ratio less the measured one
+    (:func:`ratio_intervals`' ``error``).
 
     Each resample redraws all four samples (measured and predicted, baseline
     and order) and takes its predicted ratio less its measured ratio. With the
@@ -326,10 +443,7 @@ def ratio_error_interval(measured_base: Sequence[float], measured: Sequence[floa
     >>> ratio_error_interval([1.0], [0.5], [1.0], [0.4])
     [0.5, 0.5]
     """
-    rng = np.random.default_rng(seed)
-    m = _resampled_ratios(measured_base, measured, rng, resamples)
-    p = _resampled_ratios(predicted_base, predicted, rng, resamples)
-    return _percentiles(p - m, level)
+    return ratio_intervals(measured_base, measured, predicted_base, predicted, level, resamples, seed)["error"]
 
 
 def ratio_verdict(interval: Sequence[float], target: float = RATIO_TARGET) -> str:
@@ -349,10 +463,11 @@ def ratio_verdict(interval: Sequence[float], target: float = RATIO_TARGET) -> st
     return "undecided"
 
 
-def add_ratio_intervals(rows: dict[str, dict], samples: Mapping[str, tuple[Sequence[float], Sequence[float]]],
-                        baseline: str = "random", target: float = RATIO_TARGET) -> None:
+def add_ratio_intervals(rows: dict[str, dict], samples: Mapping[str, tuple], baseline: str = "random",
+                        target: float = RATIO_TARGET) -> None:
     """Add ``measured_ratio_ci``, ``predicted_ratio_ci``, ``ratio_error_ci`` and ``ratio_verdict`` to every
-    row but ``baseline``'s, in place; ``samples[name]`` is ``(measured, predicted)`` iteration times.
+    row but ``baseline``'s, in place; ``samples[name]`` is ``(measured, predicted)``: measured iteration times,
+    and predicted ones, plain or a :class:`PredictedSample` (:func:`ratio_intervals`).
 
     Examples
     --------
@@ -368,6 +483,6 @@ def add_ratio_intervals(rows: dict[str, dict], samples: Mapping[str, tuple[Seque
         if name == baseline:
             continue
         m, p = samples[name]
-        err = ratio_error_interval(mb, m, pb, p)
-        row.update(measured_ratio_ci=ratio_interval(mb, m), predicted_ratio_ci=ratio_interval(pb, p),
-                   ratio_error_ci=err, ratio_verdict=ratio_verdict(err, target))
+        ci = ratio_intervals(mb, m, pb, p)
+        row.update(measured_ratio_ci=ci["measured"], predicted_ratio_ci=ci["predicted"], ratio_error_ci=ci["error"],
+                   ratio_verdict=ratio_verdict(ci["error"], target))

@@ -25,9 +25,9 @@ from typing import Callable
 
 from dlsched.analyses.links import DEFAULT_SHARING
 from dlsched.analyses.multiworker_bounds import multiworker_bounds, rate, rate_ops
-from dlsched.analyses.validate import (RATIO_LEVEL, RATIO_RESAMPLES, RATIO_TARGET, add_ratio_intervals,
-                                       add_throughput_ratios, compare_order, fit_line, iteration_stats,
-                                       relative_error)
+from dlsched.analyses.validate import (RATIO_LEVEL, RATIO_RESAMPLES, RATIO_TARGET, PredictedSample,
+                                       add_ratio_intervals, add_throughput_ratios, compare_order, fit_line,
+                                       iteration_stats, relative_error)
 from dlsched.atomic import check_writable
 from dlsched.errors import DlschedError
 from dlsched.formats.chrome_trace import write_chrome_trace
@@ -186,8 +186,11 @@ def report(v: Validation, sharing: str) -> dict:
                    replayed_mean=iteration_stats(run.replayed[sharing])["mean"])
         rows[name] = row
     add_throughput_ratios(rows)
+    rounds = {k: len(f) for k, f in v.oracle.factors.items()}
     add_ratio_intervals(rows, {name: ([r["iteration_time"] for r in run.measured],
-                                      list(run.predicted[sharing].per_iteration["iteration_time"]))
+                                      PredictedSample.from_frame(run.predicted[sharing].per_iteration,
+                                                                 rounds["unordered" if run.priorities is None
+                                                                        else "enforced"]))
                                for name, run in v.runs.items()})
     pts = _fig12_points(v, sharing)  # TicTac Fig. 12a: E of the replayed order against normalised step time
     fig12 = fit_line([e for e, _, _ in pts], [t for _, t, _ in pts])
@@ -195,7 +198,11 @@ def report(v: Validation, sharing: str) -> dict:
     return {"model": v.model, "mode": v.mode, "workers": v.workers, "servers": v.servers, "batch": v.batch,
             "threads": v.threads, "hosts": v.hosts, "sharing": sharing, "oracle": v.oracle.describe(),
             "bounds": {"upper": U, "lower": L, "speedup": float(graph_b.speedup)}, "orders": rows,
-            "ratio_interval": {"level": RATIO_LEVEL, "resamples": RATIO_RESAMPLES, "target": RATIO_TARGET},
+            "ratio_interval": {"level": RATIO_LEVEL, "resamples": RATIO_RESAMPLES, "target": RATIO_TARGET,
+                               "method": "percentile bootstrap over the measured iterations, the predicted ones "
+                                         "and the calibration rounds their compute factors came from; random's "
+                                         "predicted iterations ran the measured ones' seeded transfer orders and "
+                                         "are drawn with them"},
             "replay_fit": {**fig12, "excluded": total - len(pts)},
             "replay_points": [{"efficiency": e, "normalised_time": t, "order": n} for e, t, n in pts],
             "cpu": cpu_model(), "load_1min": load_average(), "wall_s": v.wall_s}

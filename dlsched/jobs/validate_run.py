@@ -45,13 +45,14 @@ from dlsched.analyses.links import LINK_POLICIES
 from dlsched.analyses.orders import compute_order
 from dlsched.analyses.validate import measured_iterations, observed_priorities, predict_iterations, replay_iteration
 from dlsched.errors import DlschedError
-from dlsched.hooks.torch_ps import PSConfig, launch_local
+from dlsched.hooks.torch_ps import launch_local
 from dlsched.importers.loader import detect_format, load_model
 from dlsched.profiling.link import measure_link
 from dlsched.profiling.network import LinkMeasurement
 from dlsched.runtime import netns
 from dlsched.runtime.hosts import Hosts, open_hosts
-from dlsched.runtime.ps_config import check_settings
+from dlsched.runtime.ps_config import PSConfig, check_settings
+from dlsched.runtime.ps_protocol import send_order
 from dlsched.timeline import Timeline
 
 from .co_runner import cluster_load
@@ -116,16 +117,22 @@ class OrderRun:
     replayed: dict = field(default_factory=dict)  # sharing -> [iteration time per measured iteration]
 
 
-def _job(model: str, graph, hosts: Hosts, rotation: list, guess: float, *, workers: int, servers: int,
-         mode: str, batch: int, iterations: int, threads: int, seed: int):
-    """Run the parameter-server job on ``hosts``, iteration ``i`` in send order ``rotation[i % len]``
-    (``None``: unordered); ``guess`` is a generous iteration time, which sets the timeouts."""
+def _config(model: str, graph, rotation: list, guess: float, *, workers: int, servers: int, mode: str,
+            batch: int, iterations: int, threads: int, seed: int) -> PSConfig:
+    """The parameter-server job: iteration ``i`` in send order ``rotation[i % len]`` (``None``: unordered);
+    ``guess`` is a generous iteration time, which sets the timeouts."""
     recvs = graph.recvs()
-    cfg = PSConfig(model=model, order=[r.name for r in recvs], ps={r.name: r.ps for r in recvs}, servers=servers,
-                   workers=workers, iterations=iterations, batch=batch, mode=mode, rotation=rotation, window=1,
-                   timeout=max(60.0, 20 * guess), lr=0.001, seed=seed, threads=threads)
-    return launch_local(cfg, timeout=120 + 10 * guess * iterations, prefixes=hosts.prefixes(), env=hosts.envs(),
-                        init_method=hosts.init_method())
+    return PSConfig(model=model, order=[r.name for r in recvs], ps={r.name: r.ps for r in recvs}, servers=servers,
+                    workers=workers, iterations=iterations, batch=batch, mode=mode, rotation=rotation, window=1,
+                    timeout=max(60.0, 20 * guess), lr=0.001, seed=seed, threads=threads)
+
+
+def sent_priorities(cfg: PSConfig, iterations: Sequence[int]) -> list[list[dict[str, int]]]:
+    """Per iteration, each worker's transfer order as priorities: what the servers send it
+    (:func:`~dlsched.runtime.ps_protocol.send_order`; an unordered iteration's seeded permutation is known
+    before the job), shaped as :func:`~dlsched.analyses.validate.observed_priorities` reads it from a record."""
+    return [[{n: i for s in range(cfg.servers) for i, n in enumerate(send_order(cfg, s, w, it))}
+             for w in range(cfg.workers)] for it in iterations]
 
 
 def run_orders(model: str, graph, oracle: InSituOracle, hosts: Hosts, orders: Sequence[str], *, workers: int,
@@ -169,8 +176,11 @@ def run_orders(model: str, graph, oracle: InSituOracle, hosts: Hosts, orders: Se
                             for p in (None, tic, *(prios[o] for o in orders))]))
     cycle = slot_schedule(slots, len(balanced_rounds(len(slots))))  # one whole design; the job repeats it
     guess = 1.5 * (oracle.compute + oracle.transfer_bytes * workers / oracle.link["bandwidth"])
-    run = _job(model, graph, hosts, [send[s] for s in cycle], guess, workers=workers, servers=servers, mode=mode,
-               batch=batch, iterations=len(slots) * (warmup + iterations), threads=threads, seed=seed)
+    total = len(slots) * (warmup + iterations)
+    cfg = _config(model, graph, [send[s] for s in cycle], guess, workers=workers, servers=servers, mode=mode,
+                  batch=batch, iterations=total, threads=threads, seed=seed)
+    run = launch_local(cfg, timeout=120 + 10 * guess * total, prefixes=hosts.prefixes(), env=hosts.envs(),
+                       init_method=hosts.init_method())
     kept = set(run.timeline.iterations[len(slots) * warmup:])
 
     def slot(name: str) -> Timeline:
@@ -183,9 +193,10 @@ def run_orders(model: str, graph, oracle: InSituOracle, hosts: Hosts, orders: Se
     for name in orders:
         timeline = slot(name)
         factors = oracle.factors["unordered" if prios[name] is None else "enforced"]
+        ahead = sent_priorities(cfg, timeline.iterations) if prios[name] is None else None
         predicted = {s: predict_iterations(graph, oracle.times, workers, prios[name],
                                            max(iterations, PREDICTED_ITERATIONS), s, factors, seed,
-                                           overlap=oracle.overlap) for s in sharings}
+                                           overlap=oracle.overlap, sent=ahead) for s in sharings}
         sent = {it: [observed_priorities(r) for r in rs] for it, rs in timeline.by_iteration().items()}
         replayed = {s: [max(replay_iteration(graph, oracle.times, sent[it], s, overlap=oracle.overlap))
                         for it in timeline.iterations] for s in sharings}
