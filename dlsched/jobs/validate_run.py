@@ -167,7 +167,10 @@ def run_orders(model: str, graph, oracle: InSituOracle, hosts: Hosts, orders: Se
     level was ×0.75 to ×1.48 that of the same step profiled beside a
     co-runner (mostly ×1.1 to ×1.3), so the per-op profile keeps only its
     shape. The enforced orders are computed before the job, from the profile,
-    as a user computes them from theirs.
+    as a user computes them from theirs. The unordered ones are seeded
+    permutations (:func:`sent_priorities`), also known before the job:
+    ``random`` is predicted with the very permutations its scored iterations
+    send, so which ones a run drew moves measured and predicted alike.
     """
     prios = {name: None if name == "random" else compute_order(graph, name, oracle.times) for name in orders}
     tic = prios.get("tic") or compute_order(graph, "tic", oracle.times)
