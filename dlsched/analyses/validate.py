@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -110,7 +110,17 @@ def observed_priorities(record) -> dict[str, int]:
     >>> observed_priorities(IterationRecord(0, 0, 0, 0, 1, sent_order={0: ["b", "a"], 1: ["c"]}))
     {'b': 0, 'a': 1, 'c': 0}
     """
-    return {n: i for order in record.sent_order.values() for i, n in enumerate(order)}
+    return send_places(record.sent_order.values())
+
+
+def send_places(orders: Iterable[Sequence[str]]) -> dict[str, int]:
+    """Each parameter's place in its server's send order, given each server's order: the priorities the
+    simulator ranks one worker's transfers by (per link, so places on different servers never compete).
+
+    >>> send_places([["b", "a"], ["c"]])
+    {'b': 0, 'a': 1, 'c': 0}
+    """
+    return {n: i for order in orders for i, n in enumerate(order)}
 
 
 def replay_iteration(graph: Graph, times: Mapping[str, float], priorities: Sequence[Mapping[str, int]],

@@ -43,7 +43,8 @@ from typing import Callable, Sequence
 from dlsched import limits
 from dlsched.analyses.links import LINK_POLICIES
 from dlsched.analyses.orders import compute_order
-from dlsched.analyses.validate import measured_iterations, observed_priorities, predict_iterations, replay_iteration
+from dlsched.analyses.validate import (measured_iterations, observed_priorities, predict_iterations,
+                                       replay_iteration, send_places)
 from dlsched.errors import DlschedError
 from dlsched.hooks.torch_ps import launch_local
 from dlsched.importers.loader import detect_format, load_model
@@ -130,9 +131,9 @@ def _config(model: str, graph, rotation: list, guess: float, *, workers: int, se
 def sent_priorities(cfg: PSConfig, iterations: Sequence[int]) -> list[list[dict[str, int]]]:
     """Per iteration, each worker's transfer order as priorities: what the servers send it
     (:func:`~dlsched.runtime.ps_protocol.send_order`; an unordered iteration's seeded permutation is known
-    before the job), shaped as :func:`~dlsched.analyses.validate.observed_priorities` reads it from a record."""
-    return [[{n: i for s in range(cfg.servers) for i, n in enumerate(send_order(cfg, s, w, it))}
-             for w in range(cfg.workers)] for it in iterations]
+    before the job), as :func:`~dlsched.analyses.validate.observed_priorities` reads it from a record."""
+    return [[send_places(send_order(cfg, s, w, it) for s in range(cfg.servers)) for w in range(cfg.workers)]
+            for it in iterations]
 
 
 def run_orders(model: str, graph, oracle: InSituOracle, hosts: Hosts, orders: Sequence[str], *, workers: int,
