@@ -125,7 +125,8 @@ def one(part: str, hog: bool) -> dict:
             "compute_beside_transfers": out["oracle"]["compute_beside_transfers"], "order_check": check,
             "link_mbit": out["oracle"]["bandwidth_bytes_per_s"] * 8e-6,
             "link_latency_us": out["oracle"]["latency_s"] * 1e6,
-            "compute_per_worker_s": out["oracle"]["compute_per_worker_s"]}
+            "compute_per_worker_s": out["oracle"]["compute_per_worker_s"],
+            "calibration_check": out.get("calibration_check")}
 
 
 def _label(run: dict, runs: list) -> str:
@@ -140,6 +141,12 @@ def _spread(xs) -> str:
     return f"{statistics.median(xs):+.3f} ({min(xs):+.3f}…{max(xs):+.3f})" if xs else "-"
 
 
+def _check(run: dict) -> str:
+    """The calibration check's TIC/unordered ratio error (``-`` for runs from before it existed)."""
+    c = run.get("calibration_check")
+    return "-" if not c else f"{c['ratio_error']:+.3f}{' (beyond)' if c['beyond_target'] else ''}"
+
+
 def report(runs: list) -> str:
     from dlsched.machine import cpu_model
     lines = ["# `dlsched validate` at its defaults (issue 33)", "",
@@ -149,12 +156,14 @@ def report(runs: list) -> str:
              "Errors "
              "are predicted less measured, relative for times, absolute for the TAC/random ratio; brackets: the "
              "run's 95% bootstrap interval of the ratio error; f: the fitted slow-down of compute beside the "
-             "worker's own transfers; link measured: bandwidth and per-transfer latency.", "",
+             "worker's own transfers; link measured: bandwidth and per-transfer latency; calibration check: the "
+             "calibrated simulator's TIC/unordered ratio error on the job's own unscored calibration iterations "
+             "(`calibration_check`; beyond: outside ±0.05).", "",
              "| configuration | run | rate | link measured | fitted f | random mean err | TAC mean err "
              "| random p95 err "
              "| TAC p95 err "
-             "| TAC/random measured | predicted | error [95% interval] | verdict |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| TAC/random measured | predicted | error [95% interval] | verdict | calibration check |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     discarded = [x for x in runs if x.get("discarded")]
     runs = [x for x in runs if not x.get("discarded")]
     for part in PARTS:
@@ -169,7 +178,7 @@ def report(runs: list) -> str:
             lines.append(f"| {part} | {_label(r, mine)} | {r['rate']} | {link} | {f} | {o['mean_error']:+.1%} | "
                          f"{t['mean_error']:+.1%} | {o['p95_error']:+.1%} | {t['p95_error']:+.1%} | "
                          f"{t['measured_ratio']:.3f} | {t['predicted_ratio']:.3f} | {t['ratio_error']:+.3f} "
-                         f"[{ci[0]:+.2f}, {ci[1]:+.2f}] | {t['ratio_verdict']} |")
+                         f"[{ci[0]:+.2f}, {ci[1]:+.2f}] | {t['ratio_verdict']} | {_check(r)} |")
     lines += ["", "## Against the targets", "", "| configuration | median ratio error (quiet runs) | worst run "
               "| worst mean err | worst p95 err | hog, worst run: mean err, ratio err |", "|---|---|---|---|---|---|"]
     checks = []
@@ -222,6 +231,25 @@ def report(runs: list) -> str:
             lines.append(f"| {part}{', beside a hog' if hog else ''} | {len(mine)} | {statistics.median(sds):.3f} "
                          f"| {rms:.2f} | {expect:.2f} | {sum(abs(e) > 0.07 for e in errs)} "
                          f"| {across[0]:.3f} | {across[1]:.3f} |")
+    checked = [x for x in runs if x.get("calibration_check")]
+    if checked:
+        lines += ["", "## The simulator on its own calibration iterations", "",
+                  "Per run, the TIC/unordered ratio error of the calibrated simulator on the job's unscored "
+                  "calibration iterations, beside the scored TAC/random ratio error. `flagged`: runs whose check is "
+                  "beyond ±0.05 (`validate` then says that the enforced orders' predicted gains carry it).", "",
+                  "| runs | check ratio error, median (range) | scored ratio error, median (range) "
+                  "| scored beyond ±0.07 | of those, flagged | flagged, scored within ±0.07 |", "|---|---|---|---|---|---|"]
+        for hog in (False, True):
+            mine = [x for x in checked if x["hog"] == hog]
+            if not mine:
+                continue
+            cs = [x["calibration_check"]["ratio_error"] for x in mine]
+            es = [x["orders"]["tac"]["ratio_error"] for x in mine]
+            miss = [x for x in mine if abs(x["orders"]["tac"]["ratio_error"]) > 0.07]
+            flag = [x for x in mine if x["calibration_check"]["beyond_target"]]
+            lines.append(f"| {'beside a hog' if hog else 'quiet'}: {len(mine)} | {_spread(cs)} | {_spread(es)} "
+                         f"| {len(miss)} | {sum(x['calibration_check']['beyond_target'] for x in miss)} "
+                         f"| {sum(abs(x['orders']['tac']['ratio_error']) <= 0.07 for x in flag)} |")
     lines += ["", "## Is the real unordered order uniform?", "",
               "Per run, over the `random` order's measured iterations (each worker's and server's send order): the "
               "mean Spearman correlation between a parameter's place in the send order and in the declaration order "

@@ -310,6 +310,30 @@ def test_render_shows_the_intervals_and_the_verdict(monkeypatch, verdict, phrase
     assert not any(line.startswith("random/random") for line in text.splitlines())
 
 
+@pytest.mark.parametrize("tic, warned", [(0.94, True), (0.99, False)])
+def test_render_shows_the_simulator_on_its_own_calibration_iterations(monkeypatch, tic, warned):
+    from rich.console import Console
+
+    from dlsched.analyses.validate import calibration_check
+    from dlsched.cli import validate_views
+    buf = io.StringIO()
+    monkeypatch.setattr(validate_views, "console", Console(file=buf, width=200, highlight=False))
+    check = calibration_check((1.50, 1.49), (1.00, tic))
+    validate_views.render({
+        "model": "m", "mode": "inference", "workers": 2, "servers": 1, "batch": 8, "hosts": {"note": "netns"},
+        "cpu": "x", "sharing": "fair", "bounds": {"upper": 1.0, "lower": 0.5, "speedup": 2.0},
+        "oracle": {"compute_per_worker_s": 0.1, "compute": "c", "compute_beside_transfers": "f",
+                   "bandwidth_bytes_per_s": 12.5e6, "latency_s": 1e-4, "transfers": "t"},
+        "ratio_interval": {"level": 0.95, "resamples": 2000, "target": 0.05},
+        "orders": {"random": _report_row(1.0, measured_ratio=1.0, predicted_ratio=1.0, ratio_error=0.0)},
+        "calibration_check": check,
+        "link_models": {"fair": {"max_abs_mean_error": 0.0, "mean_abs_mean_error": 0.0, "max_abs_ratio_error": 0.0}},
+        "replay_fit": {"slope": -1.0, "intercept": 2.0, "r2": 0.9, "points": 40}})
+    line = next(x for x in buf.getvalue().splitlines() if x.startswith("the simulator on this job's calibration"))
+    assert f"TIC/unordered ratio error {check['ratio_error']:+.3f}" in line
+    assert ("beyond ±0.05" in line) == warned == check["beyond_target"]
+
+
 @pytest.mark.parametrize("args, phrase", [
     (["--orders", "random,bogus"], "--orders"),
     (["--rate", "fast", "--orders", "tac,tac"], "--orders"),
@@ -350,6 +374,11 @@ def test_small_real_cluster_predicted_within_30_percent(tmp_path):
     assert len(tac["predicted_ratio_ci"]) == len(tac["ratio_error_ci"]) == 2
     assert tac["ratio_verdict"] in ("within", "outside", "undecided") and "ratio_error_ci" not in d["orders"]["random"]
     assert 0.9 * 12.5e6 <= d["oracle"]["bandwidth_bytes_per_s"] <= 1.1 * 12.5e6
+    c = d["calibration_check"]  # the calibrated simulator on the job's own unscored calibration iterations
+    for k in ("unordered", "tic"):
+        assert c[k]["measured"] > 0 and c[k]["predicted"] > 0 and abs(c[k]["error"]) <= 0.30, c
+    assert c["ratio_error"] == pytest.approx(c["unordered"]["predicted"] / c["tic"]["predicted"]
+                                             - c["unordered"]["measured"] / c["tic"]["measured"])
     assert (tmp_path / "v.png").stat().st_size > 0
     per_worker, per_it = rate_ops(trace_frame(d["traces"]["tac"]))
     assert len(per_it) == 3

@@ -26,8 +26,8 @@ from typing import Callable
 from dlsched.analyses.links import DEFAULT_SHARING
 from dlsched.analyses.multiworker_bounds import multiworker_bounds, rate, rate_ops
 from dlsched.analyses.validate import (RATIO_LEVEL, RATIO_RESAMPLES, RATIO_TARGET, PredictedSample,
-                                       add_ratio_intervals, add_throughput_ratios, compare_order, fit_line,
-                                       iteration_stats, relative_error)
+                                       add_ratio_intervals, add_throughput_ratios, calibration_check, compare_order,
+                                       fit_line, iteration_stats, relative_error)
 from dlsched.atomic import check_writable
 from dlsched.errors import DlschedError
 from dlsched.formats.chrome_trace import write_chrome_trace
@@ -163,6 +163,8 @@ def report(v: Validation, sharing: str) -> dict:
     bounds ``U_W``/``L_W`` (a measured time outside them is a model error,
     given with its size), and the measured trace's own ``E`` from its
     realised op times (:func:`~dlsched.analyses.multiworker_bounds.rate_ops`).
+    ``calibration_check``: the calibrated simulator against the job's own
+    unscored calibration iterations (:func:`~dlsched.analyses.validate.calibration_check`).
     """
     graph_b = multiworker_bounds(v.oracle.graph, v.oracle.times, v.workers)
     U, L = float(graph_b.upper), float(graph_b.lower)
@@ -203,6 +205,9 @@ def report(v: Validation, sharing: str) -> dict:
                                          "and the calibration rounds their compute factors came from; random's "
                                          "predicted iterations ran the measured ones' seeded transfer orders and "
                                          "are drawn with them"},
+            **({"calibration_check": calibration_check(v.oracle.check[sharing]["unordered"],
+                                                       v.oracle.check[sharing]["tic"])}
+               if sharing in v.oracle.check else {}),
             "replay_fit": {**fig12, "excluded": total - len(pts)},
             "replay_points": [{"efficiency": e, "normalised_time": t, "order": n} for e, t, n in pts],
             "cpu": cpu_model(), "load_1min": load_average(), "wall_s": v.wall_s}

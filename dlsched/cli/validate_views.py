@@ -28,6 +28,16 @@ def _verdict_line(name: str, r: dict, level: float, target: float) -> str:
             f"{_num(hi, '{:+.2f}')}): {verdict[r['ratio_verdict']]}")
 
 
+def _check_line(c: dict, target: float) -> str:
+    """The calibrated simulator on the job's own calibration iterations, and what it means for the verdicts."""
+    line = (f"the simulator on this job's calibration iterations: unordered {_pct(c['unordered']['error'])}, "
+            f"TIC {_pct(c['tic']['error'])}; TIC/unordered ratio error {_num(c['ratio_error'], '{:+.3f}')}")
+    if not c["beyond_target"]:
+        return line
+    return (line + f", beyond ±{target:g}: on this machine now the model misses how an enforced order runs, "
+            "so read the enforced orders' predicted gains with that error whatever their verdicts say")
+
+
 def render_ddp(out: dict) -> None:
     """Print ``validate --dp ddp``'s figures: one row per bucket cap, then plan-ddp's pick against the best."""
     n = out["network"]
@@ -138,6 +148,8 @@ def render(out: dict) -> None:
         if "ratio_verdict" in r:
             console.print(_verdict_line(name, r, level, method.get("target", 0.05)),
                           soft_wrap=True)  # one line per order, whatever the width
+    if "calibration_check" in out:
+        console.print(_check_line(out["calibration_check"], method.get("target", 0.05)), soft_wrap=True)
     rows = [(s, _pct(m["max_abs_mean_error"]), _pct(m["mean_abs_mean_error"]), _num(m["max_abs_ratio_error"]))
             for s, m in out["link_models"].items()]
     console.print(column_table("link models (prediction error over the orders)",

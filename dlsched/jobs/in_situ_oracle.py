@@ -40,6 +40,9 @@ class InSituOracle:
     overlap: float = 1.0
     fitted: bool = False
     scale: float = 1.0
+    #: link model -> ``{"unordered": (measured, predicted), "tic": (...)}``: mean times of the calibration
+    #: iterations, measured and simulated with the calibrated oracle (:func:`~dlsched.analyses.validate.calibration_check`)
+    check: dict = field(default_factory=dict)
 
     def rescale(self, scale: float) -> None:
         """Multiply every compute op's time by ``scale`` (the profile's shape, the cluster's level)."""
