@@ -282,6 +282,20 @@ def _report_row(mean, **ratio):
             "measured_model_error": 0.0, "trace_efficiency": 0.8, "iterations": 20, **ratio}
 
 
+def _report_out(orders: dict, worst_ratio_error: float) -> dict:
+    """What :func:`dlsched.answers.validate.report` returns, around the given rows besides random's."""
+    return {
+        "model": "m", "mode": "inference", "workers": 2, "servers": 1, "batch": 8, "hosts": {"note": "netns"},
+        "cpu": "x", "sharing": "fair", "bounds": {"upper": 1.0, "lower": 0.5, "speedup": 2.0},
+        "oracle": {"compute_per_worker_s": 0.1, "compute": "c", "compute_beside_transfers": "f",
+                   "bandwidth_bytes_per_s": 12.5e6, "latency_s": 1e-4, "transfers": "t"},
+        "ratio_interval": {"level": 0.95, "resamples": 2000, "target": 0.05},
+        "orders": {"random": _report_row(1.0, measured_ratio=1.0, predicted_ratio=1.0, ratio_error=0.0), **orders},
+        "link_models": {"fair": {"max_abs_mean_error": 0.0, "mean_abs_mean_error": 0.0,
+                                 "max_abs_ratio_error": worst_ratio_error}},
+        "replay_fit": {"slope": -1.0, "intercept": 2.0, "r2": 0.9, "points": 40}}
+
+
 @pytest.mark.parametrize("verdict, phrase", [
     ("outside", "outside the ±0.05 target"), ("within", "within the ±0.05 target"),
     ("undecided", "undecided: the interval spans the ±0.05 target; more --iterations narrow it")])
@@ -294,15 +308,7 @@ def test_render_shows_the_intervals_and_the_verdict(monkeypatch, verdict, phrase
     tac = _report_row(0.62, measured_ratio=1.613, predicted_ratio=1.748, ratio_error=0.135,
                       measured_ratio_ci=[1.55, 1.67], predicted_ratio_ci=[1.71, 1.79], ratio_error_ci=[0.07, 0.2],
                       ratio_verdict=verdict)
-    validate_views.render({
-        "model": "m", "mode": "inference", "workers": 2, "servers": 1, "batch": 8, "hosts": {"note": "netns"},
-        "cpu": "x", "sharing": "fair", "bounds": {"upper": 1.0, "lower": 0.5, "speedup": 2.0},
-        "oracle": {"compute_per_worker_s": 0.1, "compute": "c", "compute_beside_transfers": "f",
-                   "bandwidth_bytes_per_s": 12.5e6, "latency_s": 1e-4, "transfers": "t"},
-        "ratio_interval": {"level": 0.95, "resamples": 2000, "target": 0.05},
-        "orders": {"random": _report_row(1.0, measured_ratio=1.0, predicted_ratio=1.0, ratio_error=0.0), "tac": tac},
-        "link_models": {"fair": {"max_abs_mean_error": 0.0, "mean_abs_mean_error": 0.0, "max_abs_ratio_error": 0.135}},
-        "replay_fit": {"slope": -1.0, "intercept": 2.0, "r2": 0.9, "points": 40}})
+    validate_views.render(_report_out({"tac": tac}, 0.135))
     text = buf.getvalue()
     assert "95% interval" in text and "[1.55, 1.67]" in text and "[1.71, 1.79]" in text and "[+0.07, +0.20]" in text
     assert (f"tac/random: predicted 1.748, measured 1.613, error +0.135 (95% interval +0.07 … +0.20): {phrase}"
@@ -319,16 +325,7 @@ def test_render_shows_the_simulator_on_its_own_calibration_iterations(monkeypatc
     buf = io.StringIO()
     monkeypatch.setattr(validate_views, "console", Console(file=buf, width=200, highlight=False))
     check = calibration_check((1.50, 1.49), (1.00, tic))
-    validate_views.render({
-        "model": "m", "mode": "inference", "workers": 2, "servers": 1, "batch": 8, "hosts": {"note": "netns"},
-        "cpu": "x", "sharing": "fair", "bounds": {"upper": 1.0, "lower": 0.5, "speedup": 2.0},
-        "oracle": {"compute_per_worker_s": 0.1, "compute": "c", "compute_beside_transfers": "f",
-                   "bandwidth_bytes_per_s": 12.5e6, "latency_s": 1e-4, "transfers": "t"},
-        "ratio_interval": {"level": 0.95, "resamples": 2000, "target": 0.05},
-        "orders": {"random": _report_row(1.0, measured_ratio=1.0, predicted_ratio=1.0, ratio_error=0.0)},
-        "calibration_check": check,
-        "link_models": {"fair": {"max_abs_mean_error": 0.0, "mean_abs_mean_error": 0.0, "max_abs_ratio_error": 0.0}},
-        "replay_fit": {"slope": -1.0, "intercept": 2.0, "r2": 0.9, "points": 40}})
+    validate_views.render({**_report_out({}, 0.0), "calibration_check": check})
     line = next(x for x in buf.getvalue().splitlines() if x.startswith("the simulator on this job's calibration"))
     assert f"TIC/unordered ratio error {check['ratio_error']:+.3f}" in line
     assert ("beyond ±0.05" in line) == warned == check["beyond_target"]
