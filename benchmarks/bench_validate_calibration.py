@@ -78,18 +78,23 @@ def report(runs: list) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
+def run_and_report(stem: str, run, report) -> int:
+    """Unless ``--report``: as root, ``run()`` the jobs and save them as ``results/<stem>.json``; then write
+    ``results/<stem>.md`` from the saved runs with ``report`` and print it."""
     from dlsched.atomic import atomic_write_text
     if "--report" not in sys.argv:
         if os.geteuid() != 0:
             print("SKIP: needs root (network namespaces)")
             return 0
-        runs = [one(False), one(True)]
-        atomic_write_text(OUT / "validate_calibration.json", json.dumps(runs, indent=1) + "\n")
-    runs = json.loads((OUT / "validate_calibration.json").read_text())
-    atomic_write_text(OUT / "validate_calibration.md", report(runs))
-    print((OUT / "validate_calibration.md").read_text())
+        atomic_write_text(OUT / f"{stem}.json", json.dumps(run(), indent=1) + "\n")
+    runs = json.loads((OUT / f"{stem}.json").read_text())
+    atomic_write_text(OUT / f"{stem}.md", report(runs))
+    print((OUT / f"{stem}.md").read_text())
     return 0
+
+
+def main() -> int:
+    return run_and_report("validate_calibration", lambda: [one(False), one(True)], report)
 
 
 if __name__ == "__main__":

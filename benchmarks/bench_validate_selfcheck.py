@@ -22,8 +22,6 @@ Writes ``benchmarks/results/validate_selfcheck.json`` and ``.md``. Needs root
 """
 from __future__ import annotations
 
-import json
-import os
 import statistics
 import subprocess
 import sys
@@ -34,9 +32,9 @@ REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(HERE))
 from bench_validate import BATCH, MODELS  # noqa: E402
+from bench_validate_calibration import run_and_report  # noqa: E402
 from bench_validate_defaults import HOG  # noqa: E402
 
-OUT = HERE / "results"
 PARTS = ("vgg_mid/training", "transformer/training")
 FIT_ITERATIONS = 100
 
@@ -177,17 +175,8 @@ def report(runs: list) -> str:
 
 
 def main() -> int:
-    from dlsched.atomic import atomic_write_text
-    if "--report" not in sys.argv:
-        if os.geteuid() != 0:
-            print("SKIP: needs root (network namespaces)")
-            return 0
-        runs = [one(part, hog) for hog in (False, True) for part in PARTS]
-        atomic_write_text(OUT / "validate_selfcheck.json", json.dumps(runs, indent=1) + "\n")
-    runs = json.loads((OUT / "validate_selfcheck.json").read_text())
-    atomic_write_text(OUT / "validate_selfcheck.md", report(runs))
-    print((OUT / "validate_selfcheck.md").read_text())
-    return 0
+    return run_and_report("validate_selfcheck", lambda: [one(part, hog) for hog in (False, True) for part in PARTS],
+                          report)
 
 
 if __name__ == "__main__":
