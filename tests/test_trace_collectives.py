@@ -154,7 +154,10 @@ def test_slowed_rank_is_the_straggler_of_every_step(slow_job, clock):
     rep = rank_report(read_kineto_dir(slow_job), clock=clock)
     assert rep.ranks == [0, 1, 2] and rep.steps == [2, 3, 4, 5, 6] and rep.dropped == {}
     assert (rep.stragglers["straggler"] == 1).all(), rep.stragglers
-    assert (rep.stragglers["most_last"] == 1).all(), rep.stragglers
+    # rank 1 arrives last at a step's collectives at least as often as any other rank; with two buckets a
+    # step, a loaded machine tied it once (1 and 1), and a tie names the lower rank as ``most_last``
+    assert rep.stragglers["last_arrivals"].map(lambda d: d.get(1, 0) == max(d.values())).all(), rep.stragglers
+    assert (rep.stragglers["most_last"] == 1).mean() >= 0.8, rep.stragglers
     assert (rep.matches["last_rank"] == 1).mean() >= 0.8, rep.matches
     # a quarter of a core makes rank 1 far slower; a loaded CI machine slows the others too in some steps
     share = rep.stragglers["share"]
