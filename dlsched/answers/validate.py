@@ -205,9 +205,8 @@ def report(v: Validation, sharing: str) -> dict:
                                          "and the calibration rounds their compute factors came from; random's "
                                          "predicted iterations ran the measured ones' seeded transfer orders and "
                                          "are drawn with them"},
-            **({"calibration_check": calibration_check(v.oracle.check[sharing]["unordered"],
-                                                       v.oracle.check[sharing]["tic"])}
-               if sharing in v.oracle.check else {}),
+            **({"calibration_check": calibration_check(**v.oracle.check[sharing])} if sharing in v.oracle.check
+               else {}),
             "replay_fit": {**fig12, "excluded": total - len(pts)},
             "replay_points": [{"efficiency": e, "normalised_time": t, "order": n} for e, t, n in pts],
             "cpu": cpu_model(), "load_1min": load_average(), "wall_s": v.wall_s}

@@ -198,22 +198,24 @@ def run_orders(model: str, graph, oracle: InSituOracle, hosts: Hosts, orders: Se
 
     oracle.calibrate(*(list(slot(name).by_iteration().values()) for name in CALIBRATION))
     spans = {m["iteration"]: m for m in measured_iterations(run.timeline)}  # each from the previous slot's end
+
+    def predict(priorities, iterations_run: Sequence[int]) -> dict:
+        """Per link model, the simulated iterations of an order (None: unordered, with the permutations
+        ``iterations_run`` sent), its workers' factors drawn from calibration iterations of its kind."""
+        kind, sent = ("unordered", sent_priorities(cfg, iterations_run)) if priorities is None else ("enforced", None)
+        return {s: predict_iterations(graph, oracle.times, workers, priorities, max(iterations, PREDICTED_ITERATIONS),
+                                      s, oracle.factors[kind], seed, overlap=oracle.overlap, sent=sent)
+                for s in sharings}
+
     cal = [slot(name).iterations for name in CALIBRATION]
-    measured_cal = [statistics.fmean(spans[it]["iteration_time"] for it in its) for its in cal]
-    for s in sharings:  # the calibrated simulator on the calibration iterations themselves
-        cal_pred = [predict_iterations(graph, oracle.times, workers, p, max(iterations, PREDICTED_ITERATIONS), s,
-                                       oracle.factors[k], seed, overlap=oracle.overlap, sent=sent)
-                    for p, k, sent in ((None, "unordered", sent_priorities(cfg, cal[0])), (tic, "enforced", None))]
-        oracle.check[s] = {name: (m, float(p.per_iteration["iteration_time"].mean()))
-                           for name, m, p in zip(("unordered", "tic"), measured_cal, cal_pred)}
+    checks = {"unordered": (cal[0], predict(None, cal[0])), "tic": (cal[1], predict(tic, cal[1]))}
+    oracle.check = {s: {name: (statistics.fmean(spans[it]["iteration_time"] for it in its),
+                               float(p[s].per_iteration["iteration_time"].mean())) for name, (its, p) in checks.items()}
+                    for s in sharings}  # the calibrated simulator on the calibration iterations themselves
     out = {}
     for name in orders:
         timeline = slot(name)
-        factors = oracle.factors["unordered" if prios[name] is None else "enforced"]
-        ahead = sent_priorities(cfg, timeline.iterations) if prios[name] is None else None
-        predicted = {s: predict_iterations(graph, oracle.times, workers, prios[name],
-                                           max(iterations, PREDICTED_ITERATIONS), s, factors, seed,
-                                           overlap=oracle.overlap, sent=ahead) for s in sharings}
+        predicted = predict(prios[name], timeline.iterations)
         sent = {it: [observed_priorities(r) for r in rs] for it, rs in timeline.by_iteration().items()}
         replayed = {s: [max(replay_iteration(graph, oracle.times, sent[it], s, overlap=oracle.overlap))
                         for it in timeline.iterations] for s in sharings}
