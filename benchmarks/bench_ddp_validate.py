@@ -99,6 +99,10 @@ def summarise(parts: dict) -> dict:
                      "ordered": {k: _spread([o[k] for o in ordered]) for k in
                                  ("measured_gain", "predicted_gain", "gain_error", "measured_ddp", "measured_ordered",
                                   "S", "max_param_diff")} if ordered else None,
+                     # runs from before the hook's records were kept have none
+                     "link_check": {k: _spread([o["link_check"][k] for o in ordered]) for k in
+                                    ("link_per_step", "simulated_link_per_step", "wait_per_step")}
+                     if ordered and all(o.get("link_check") for o in ordered) else None,
                      "load_1min": [r["load_1min"] for r in runs], "caps": caps,
                      # runs from before the contention was modelled have none
                      "contention": {k: _spread([r["contention"][k] for r in runs])
@@ -142,6 +146,12 @@ def report() -> None:
             lines += [f"Ordered all-reduce against DDP at that cap: measured gain {g(o['measured_gain'])}, predicted "
                       f"{g(o['predicted_gain'])}, error {g(o['gain_error'], '+')}; S {g(o['S'])}; parameters equal "
                       f"DDP's to {o['max_param_diff']['max']:.1e}.", ""]
+            c = s.get("link_check")
+            if c:
+                lines += [f"Its all-reduces on one clock, per step: from the last rank's issue to the first landing "
+                          f"{g(c['link_per_step'])} s measured, {g(c['simulated_link_per_step'])} s simulated; "
+                          f"waiting for the last rank to issue {g(c['wait_per_step'])} s, which the one-rank "
+                          "simulator leaves out.", ""]
     atomic_write_text(OUT / "ddp_validate.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 

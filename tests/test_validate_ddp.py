@@ -109,6 +109,10 @@ def test_small_real_ddp_sweep_through_the_cli():
     o = d["ordered"]
     assert o["measured_ddp"] > 0 and o["measured_ordered"] > 0 and o["blocks"] == 3
     assert o["max_param_diff"] <= 1e-6  # the ordered replica trained exactly as DDP's
+    # the ranks' records line up on one clock: each piece's collective, and the waits for the last rank
+    c = o["link_check"]
+    assert len(c["measured_link_s"]) == len(c["simulated_link_s"]) == len(c["wait_for_last_rank_s"]) == o["pieces"]
+    assert all(x >= 0 for x in c["wait_for_last_rank_s"]) and c["link_per_step"] > 0
     text = _run("--rate", "100mbit", "--caps", "1", "--iterations", "2", "--warmup", "1", "--batch", "8")
     assert text.returncode == 0, text.stderr[-2000:]
     assert "plan-ddp recommends bucket_cap_mb=" in text.stdout and "ordered all-reduce: gain error" in text.stdout

@@ -33,6 +33,7 @@ from dlsched.errors import DlschedError
 from dlsched.formats.chrome_trace import write_chrome_trace
 from dlsched.formats.validate_plot import write_validate_plot
 from dlsched.jobs.ddp_validate_run import DDPValidation, run_ddp_validation
+from dlsched.jobs.ordered_run import piece_meets
 from dlsched.jobs.fsdp_validate_run import FsdpValidation, run_fsdp_validation
 from dlsched.jobs.validate_run import ORDERS, Validation, run_validation
 from dlsched.machine import cpu_model, load_average
@@ -350,7 +351,20 @@ def _ordered_report(v: DDPValidation) -> dict | None:
             "predicted_ordered": step.step_s, "piece_cost_s": o.piece_gap_s, "planned_gain": plan.ordered_gain,
             "measured_gain": gain, "predicted_gain": predicted, "gain_error": predicted - gain,
             "within_target": abs(predicted - gain) <= ORDERED_GAIN_TARGET, "target": ORDERED_GAIN_TARGET,
-            "S": plan.recommended.step.speedup_bound, "max_param_diff": o.max_param_diff}
+            "S": plan.recommended.step.speedup_bound, "max_param_diff": o.max_param_diff,
+            "link_check": _link_check(o, step)}
+
+
+def _link_check(o, step) -> dict | None:
+    """Each piece's all-reduce as the ranks' records put it on one clock, beside the simulated link
+    (:func:`~dlsched.jobs.ordered_run.piece_meets`): what the simulator charges and what it leaves out."""
+    meets = piece_meets(o.timelines)
+    if meets is None or len(meets["link_s"]) != len(step.transfers):
+        return None
+    simulated = [t.end - t.start for t in step.transfers]
+    return {"measured_link_s": meets["link_s"], "simulated_link_s": simulated,
+            "wait_for_last_rank_s": meets["wait_s"], "link_per_step": sum(meets["link_s"]),
+            "simulated_link_per_step": sum(simulated), "wait_per_step": sum(meets["wait_s"])}
 
 
 def _fig12_points(v: Validation, sharing: str) -> list[tuple[float, float, str]]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -47,14 +47,18 @@ class OrderedRun:
     max_param_diff: float
     block: int
     piece_gap_s: float = 0.0
+    #: per rank, the hook's record of each measured ordered step (:class:`~dlsched.hooks.ordered_allreduce.StepRecord`
+    #: as a dict): where the real step's time went, to set beside the simulated schedule
+    timelines: list = field(default_factory=list)
 
 
 def piece_gap(records, pieces) -> float | None:
-    """The link's idle time per piece that the communication thread causes: from one piece's end to the next
-    one's issue (0 when the next was issued first), over the pieces whose gradients were all ready before the
-    previous piece ended (so nothing was waited for), the median; ``None`` when no piece qualifies. The hook
-    issues a ready piece before it lands the one in flight (:mod:`dlsched.hooks.ordered_allreduce`), so this
-    is 0 unless gathering the next piece outlasts the previous one's transfer."""
+    """The link's idle time per piece that the communication thread causes: from one piece's landing to the
+    next one's issue, over the pieces whose gradients were all ready before the previous piece landed (so
+    nothing was waited for), the median; ``None`` when no piece qualifies. The hook gathers a ready piece while
+    the one before is on the link and starts it the moment that one lands
+    (:mod:`dlsched.hooks.ordered_allreduce`), so this is the hand-off alone unless gathering outlasts a
+    transfer."""
     names = [{s[0] for s in piece} for piece in pieces]
     gaps = []
     for rec in records:
@@ -64,6 +68,37 @@ def piece_gap(records, pieces) -> float | None:
             if all(t is not None and t <= done for t in ready):
                 gaps.append(max(0.0, issued - done))
     return float(np.median(gaps)) if gaps else None
+
+
+def piece_meets(timelines: list) -> dict | None:
+    """Each piece's all-reduce on one clock, from every rank's records of the same steps (``timelines[rank]``:
+    :attr:`OrderedRun.timelines`): per piece, the median over steps of ``wait_s``, how long a rank waited for
+    the last rank to issue it (the mean over ranks), and of ``link_s``, from the last rank's issue to the first
+    rank's landing (the collective itself, which the simulator's link charges); ``None`` without a step every
+    rank recorded. The simulator has one rank, so the waits are what it leaves out.
+
+    Examples
+    --------
+    >>> a = {"step": 0, "started_at": 10.0, "pieces": [[0.1, 0.3], [0.3, 0.5]]}
+    >>> b = {"step": 0, "started_at": 10.05, "pieces": [[0.1, 0.25], [0.25, 0.45]]}
+    >>> {k: [round(x, 3) for x in v] for k, v in piece_meets([[a], [b]]).items()}
+    {'wait_s': [0.025, 0.0], 'link_s': [0.15, 0.2]}
+    """
+    by_step = [{t["step"]: t for t in tl if t.get("started_at") is not None} for tl in timelines]
+    steps = sorted(set.intersection(*(set(d) for d in by_step))) if by_step else []
+    waits, links = [], []
+    for k in steps:
+        recs = [d[k] for d in by_step]
+        if len({len(r["pieces"]) for r in recs}) != 1:
+            continue
+        issued = np.array([[r["started_at"] + p[0] for p in r["pieces"]] for r in recs])
+        landed = np.array([[r["started_at"] + p[1] for p in r["pieces"]] for r in recs])
+        last = issued.max(axis=0)
+        waits.append((last - issued).mean(axis=0))
+        links.append(landed.min(axis=0) - last)
+    if not waits:
+        return None
+    return {"wait_s": np.median(waits, axis=0).tolist(), "link_s": np.median(links, axis=0).tolist()}
 
 
 def run_rank(config: dict, rank: int, init_method: str) -> dict:
@@ -81,6 +116,7 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
     plain = copy.deepcopy(module)
     oar = OrderedAllreduce(plain, config["pieces"], lambda ps: torch.optim.SGD(ps, lr=lr), timeout=timeout)
     starts = {m: [] for m in MODES}
+    measured, ordered_steps = set(), 0  # the hook counts only the ordered steps
     try:
         for r in range(config["warmup"] + config["rounds"]):
             for mode in (MODES if r % 2 == 0 else MODES[::-1]):
@@ -99,6 +135,10 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
                     oar.wait_all()
                 if r >= config["warmup"]:
                     starts[mode].append(block)
+                if mode == "ordered":
+                    if r >= config["warmup"]:
+                        measured.update(range(ordered_steps, ordered_steps + config["block"]))
+                    ordered_steps += config["block"]
         oar.wait_all()
         dist.barrier()
     except DlschedError:
@@ -110,7 +150,8 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
     diff = max(float((a.detach() - b.detach()).abs().max()) for a, b in
                zip(ddp.module.parameters(), plain.parameters()))
     return {"rank": rank, "starts": starts, "max_param_diff": diff, "piece_gap": piece_gap(oar.records,
-                                                                                            config["pieces"])}
+                                                                                            config["pieces"]),
+            "timeline": [asdict(r) for r in oar.records if r.step in measured]}
 
 
 def run_ordered(model: str, *, workers: int, batch: int, threads: int, bucket_cap_mb: float | None, pieces,
@@ -136,7 +177,7 @@ def run_ordered(model: str, *, workers: int, batch: int, threads: int, bucket_ca
         periods[mode] = per_rank.max(axis=0).tolist()
     gaps = [res["piece_gap"] for res in job.results if res.get("piece_gap") is not None]
     return OrderedRun(periods, max(res["max_param_diff"] for res in job.results), block,
-                      float(np.median(gaps)) if gaps else 0.0)
+                      float(np.median(gaps)) if gaps else 0.0, [res.get("timeline", []) for res in job.results])
 
 
 def main(argv=None) -> None:
