@@ -10,6 +10,11 @@ transformer in training, once quiet and once beside a busy loop on one core):
 - TAC's busy compute before and after each worker's last parameter arrived,
   measured and in the simulator's schedule of the same iterations (medians
   over workers and iterations): which part of the step the miss is in;
+- each worker's compute cut at its waits (:mod:`dlsched.analyses.compute_segments`):
+  wall time over the simulator's op times (the profile at the calibrated
+  level) between waits and after the last wait, in the calibration iterations
+  and the scored ones: whether the compute runs at one level wherever it falls,
+  as the simulator has it;
 - what a calibration fitted to the calibration iterations' mean times would
   predict: the compute level and the slow-down beside transfers ``f`` set so
   that the simulator reproduces the unordered and the TIC calibration means
@@ -101,6 +106,7 @@ def late_split(v, run) -> dict:
 
 
 def one(part: str, hog: bool) -> dict:
+    from dlsched.analyses.compute_segments import slowdowns
     from dlsched.analyses.validate import observed_priorities
     from dlsched.jobs import in_situ_oracle as iso
     from dlsched.jobs import validate_run as vr
@@ -139,9 +145,12 @@ def one(part: str, hog: bool) -> dict:
               for rs in v.runs["random"].timeline.by_iteration().values()]
     fitted = {"random": _mean(v, o.graph, base, scale, f, None, fu, sent_r),
               "tac": _mean(v, o.graph, base, scale, f, v.runs["tac"].priorities, fe, None)}
+    groups = {"unordered calibration": saved["unordered"], "TIC calibration": saved["enforced"],
+              **{n: list(r.timeline.by_iteration().values()) for n, r in v.runs.items()}}
+    segments = {k: slowdowns(o.graph, o.times, [r for rs in g for r in rs]) for k, g in groups.items()}
     return {"part": part, "hog": hog, "cpu": cpu_model(), "rate": v.hosts["rate"], "f": o.overlap,
             "measured": measured, "predicted": predicted, "check": check, "late": late_split(v, v.runs["tac"]),
-            "fit": {"scale": scale, "f": f, "predicted": fitted}}
+            "fit": {"scale": scale, "f": f, "predicted": fitted}, "segments": segments}
 
 
 def report(runs: list) -> str:
@@ -171,6 +180,20 @@ def report(runs: list) -> str:
             f"{late['simulated_before']:.3f} / {late['simulated_after']:.3f} "
             f"| x{fit['scale']:.3f}, x{fit['f']:.2f}; {err(fit['predicted']['random'], m['random'])}, "
             f"{err(fit['predicted']['tac'], m['tac'])}, {ratio(fit['predicted'], m):+.3f} |")
+    lines += ["", "Compute cut at the waits (`analyses/compute_segments.py`): wall time over the simulator's op times "
+              "(1 = the calibrated level), between waits / after the last wait; in brackets the profiled seconds "
+              "between waits over all the iterations (the rest ran after the last wait).", "",
+              "| model | machine | unordered calibration | TIC calibration | random | TAC |", "|---|---|---|---|---|---|"]
+
+    def seg(d):
+        x = lambda v: "–" if v is None else f"x{v:.2f}"  # noqa: E731
+        return f"{x(d['between_waits'])} / {x(d['after_last_wait'])} ({d['between_work_s']:.1f} s)"
+    for r in runs:
+        sg = r.get("segments")
+        if sg:
+            lines.append(f"| {r['part']} | {'busy loop' if r['hog'] else 'quiet'} | "
+                         + " | ".join(seg(sg[k]) for k in ("unordered calibration", "TIC calibration", "random", "tac"))
+                         + " |")
     return "\n".join(lines) + "\n"
 
 

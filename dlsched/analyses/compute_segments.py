@@ -1,0 +1,120 @@
+"""A worker's compute cut at its waits, each piece set against the profile (issue 33's diagnosis, DESIGN §4.7).
+
+The in-situ oracle gives each op a share of the step and the calibration a
+level; the simulator then runs every op at that level wherever it falls. On a
+2-core machine beside a busy loop, TAC computed longer after its last
+parameter arrived than the simulator said and shorter before it, with the
+same busy time per step (``docs/validate.md``). This module measures where
+the compute runs slow: it cuts each worker's iteration at the waits that
+blocked it (:attr:`~dlsched.timeline.IterationRecord.stalls`) and sets each
+piece's wall time against the profile's time of the ops it ran.
+
+Which ops a piece ran follows from the arrivals: the worker runs the compute
+ops in the graph's topological order (the order the capture recorded them
+in, which is the order the framework runs a forward), and a wait that began
+at ``a`` blocked the first op, from where the worker stood, one of whose
+parameters arrived after ``a``. Backward has no waits, so it is all in the
+last piece.
+
+Examples
+--------
+>>> from dlsched.dag import COMPUTE, RECV, Graph
+>>> from dlsched.timeline import IterationRecord
+>>> g = Graph("two")
+>>> for name, kind in [("w1", RECV), ("w2", RECV), ("a", COMPUTE), ("b", COMPUTE)]:
+...     _ = g.add_op(name, kind)
+>>> for u, v in [("w1", "a"), ("w2", "b"), ("a", "b")]:
+...     g.add_edge(u, v)
+>>> r = IterationRecord(0, 0, 0.0, 0.1, 1.0, arrivals={"w1": 0.1, "w2": 0.5}, compute_end=0.8,
+...                     stalls=[[0.3, 0.5]])
+>>> [(s.first, s.stop, round(s.wall, 3), s.last) for s in segments(g, {"a": 0.1, "b": 0.2}, r)]
+[(0, 1, 0.2, False), (1, 2, 0.3, True)]
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from dlsched.dag import COMPUTE, RECV, Graph
+from dlsched.timeline import IterationRecord
+
+#: a wait shorter than this (seconds) after compute began is not a cut
+MIN_WAIT = 1e-4
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One piece of a worker's compute between two waits: the ops ``[first, stop)`` of the compute order,
+    their profiled seconds ``work``, its ``wall`` seconds, and whether it came after the last wait."""
+
+    first: int
+    stop: int
+    work: float
+    wall: float
+    last: bool
+
+
+def segments(graph: Graph, times: Mapping[str, float], record: IterationRecord) -> list[Segment]:
+    """``record``'s compute cut at its waits (module docstring); pieces that ran no op are left out."""
+    order = [op.name for op in graph.topological_order() if op.kind == COMPUTE]
+    pos = {n: i for i, n in enumerate(order)}
+    needs = [float("-inf")] * len(order)  # when each op's last parameter arrived
+    for op in graph.of_kind(RECV):
+        t = record.arrivals.get(op.param or op.name)
+        for s in graph.successors(op.name):
+            if t is not None and s in pos:
+                needs[pos[s]] = max(needs[pos[s]], t)
+    cum = [0.0]
+    for n in order:
+        cum.append(cum[-1] + float(times[n]))
+    end = record.compute_end if record.compute_end is not None else record.end
+    starts, at = [(record.compute_start, 0)], 0
+    waits = [(a, b) for a, b in sorted(record.stalls) if b > record.compute_start + MIN_WAIT and a < end]
+    for a, b in waits:
+        blocked = next((i for i in range(at, len(order)) if needs[i] > a - MIN_WAIT), None)
+        if blocked is None:
+            break
+        starts.append((b, blocked))
+        at = blocked
+    stops = [a for a, _ in waits[:len(starts) - 1]] + [end]
+    out = []
+    for k, (t0, first) in enumerate(starts):
+        last = k == len(starts) - 1
+        stop = len(order) if last else starts[k + 1][1]
+        if stop > first:
+            out.append(Segment(first, stop, cum[stop] - cum[first], stops[k] - t0, last))
+    return out
+
+
+def slowdowns(graph: Graph, times: Mapping[str, float], records: Iterable[IterationRecord]) -> dict:
+    """Wall time over profiled time of the compute between waits and after the last wait, over ``records``:
+    ``between_waits`` and ``after_last_wait`` (``None`` where no op ran there), the profiled seconds each
+    covers, and the number of pieces between waits.
+
+    Examples
+    --------
+    >>> from dlsched.dag import COMPUTE, RECV, Graph
+    >>> from dlsched.timeline import IterationRecord
+    >>> g = Graph("two")
+    >>> for name, kind in [("w1", RECV), ("w2", RECV), ("a", COMPUTE), ("b", COMPUTE)]:
+    ...     _ = g.add_op(name, kind)
+    >>> for u, v in [("w1", "a"), ("w2", "b"), ("a", "b")]:
+    ...     g.add_edge(u, v)
+    >>> r = IterationRecord(0, 0, 0.0, 0.1, 1.0, arrivals={"w1": 0.1, "w2": 0.5}, compute_end=0.8,
+    ...                     stalls=[[0.3, 0.5]])
+    >>> {k: round(v, 3) for k, v in slowdowns(g, {"a": 0.1, "b": 0.2}, [r]).items()}
+    {'between_waits': 2.0, 'after_last_wait': 1.5, 'between_work_s': 0.1, 'after_work_s': 0.2, 'pieces_between': 1}
+    """
+    acc = {True: [0.0, 0.0], False: [0.0, 0.0]}
+    pieces = 0
+    for r in records:
+        for s in segments(graph, times, r):
+            acc[s.last][0] += s.wall
+            acc[s.last][1] += s.work
+            pieces += not s.last
+
+    def ratio(last: bool) -> float | None:
+        wall, work = acc[last]
+        return wall / work if work > 0 else None
+    return {"between_waits": ratio(False), "after_last_wait": ratio(True), "between_work_s": acc[False][1],
+            "after_work_s": acc[True][1], "pieces_between": pieces}
