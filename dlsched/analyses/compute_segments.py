@@ -29,6 +29,8 @@ Examples
 ...                     stalls=[[0.3, 0.5]])
 >>> [(s.first, s.stop, round(s.wall, 3), s.last) for s in segments(g, {"a": 0.1, "b": 0.2}, r)]
 [(0, 1, 0.2, False), (1, 2, 0.3, True)]
+>>> {k: round(v, 3) for k, v in slowdowns(g, {"a": 0.1, "b": 0.2}, [r]).items()}
+{'between_waits': 2.0, 'after_last_wait': 1.5, 'between_work_s': 0.1, 'after_work_s': 0.2, 'pieces_between': 1}
 """
 from __future__ import annotations
 
@@ -89,21 +91,7 @@ def segments(graph: Graph, times: Mapping[str, float], record: IterationRecord) 
 def slowdowns(graph: Graph, times: Mapping[str, float], records: Iterable[IterationRecord]) -> dict:
     """Wall time over profiled time of the compute between waits and after the last wait, over ``records``:
     ``between_waits`` and ``after_last_wait`` (``None`` where no op ran there), the profiled seconds each
-    covers, and the number of pieces between waits.
-
-    Examples
-    --------
-    >>> from dlsched.dag import COMPUTE, RECV, Graph
-    >>> from dlsched.timeline import IterationRecord
-    >>> g = Graph("two")
-    >>> for name, kind in [("w1", RECV), ("w2", RECV), ("a", COMPUTE), ("b", COMPUTE)]:
-    ...     _ = g.add_op(name, kind)
-    >>> for u, v in [("w1", "a"), ("w2", "b"), ("a", "b")]:
-    ...     g.add_edge(u, v)
-    >>> r = IterationRecord(0, 0, 0.0, 0.1, 1.0, arrivals={"w1": 0.1, "w2": 0.5}, compute_end=0.8,
-    ...                     stalls=[[0.3, 0.5]])
-    >>> {k: round(v, 3) for k, v in slowdowns(g, {"a": 0.1, "b": 0.2}, [r]).items()}
-    {'between_waits': 2.0, 'after_last_wait': 1.5, 'between_work_s': 0.1, 'after_work_s': 0.2, 'pieces_between': 1}
+    covers, and the number of pieces between waits (the module's example).
     """
     acc = {True: [0.0, 0.0], False: [0.0, 0.0]}
     pieces = 0
