@@ -58,22 +58,34 @@ class Segment:
 
 def segments(graph: Graph, times: Mapping[str, float], record: IterationRecord) -> list[Segment]:
     """``record``'s compute cut at its waits (module docstring); pieces that ran no op are left out."""
-    order = [op.name for op in graph.topological_order() if op.kind == COMPUTE]
-    pos = {n: i for i, n in enumerate(order)}
-    needs = [float("-inf")] * len(order)  # when each op's last parameter arrived
-    for op in graph.of_kind(RECV):
-        t = record.arrivals.get(op.param or op.name)
-        for s in graph.successors(op.name):
-            if t is not None and s in pos:
-                needs[pos[s]] = max(needs[pos[s]], t)
-    cum = [0.0]
-    for n in order:
-        cum.append(cum[-1] + float(times[n]))
+    return _cut(_Order(graph, times), record)
+
+
+class _Order:
+    """What every record's cut shares: the compute order, each op's position, the parameters it needs, and
+    the profiled seconds before each position."""
+
+    def __init__(self, graph: Graph, times: Mapping[str, float]):
+        self.ops = [op.name for op in graph.topological_order() if op.kind == COMPUTE]
+        pos = {n: i for i, n in enumerate(self.ops)}
+        self.needs: list[list[str]] = [[] for _ in self.ops]
+        for op in graph.of_kind(RECV):
+            for s in graph.successors(op.name):
+                if s in pos:
+                    self.needs[pos[s]].append(op.param or op.name)
+        self.cum = [0.0]
+        for n in self.ops:
+            self.cum.append(self.cum[-1] + float(times[n]))
+
+
+def _cut(order: _Order, record: IterationRecord) -> list[Segment]:
+    n = len(order.ops)
+    arrived = [max((record.arrivals.get(p, float("-inf")) for p in ps), default=float("-inf")) for ps in order.needs]
     end = record.compute_end if record.compute_end is not None else record.end
     starts, at = [(record.compute_start, 0)], 0
     waits = [(a, b) for a, b in sorted(record.stalls) if b > record.compute_start + MIN_WAIT and a < end]
     for a, b in waits:
-        blocked = next((i for i in range(at, len(order)) if needs[i] > a - MIN_WAIT), None)
+        blocked = next((i for i in range(at, n) if arrived[i] > a - MIN_WAIT), None)
         if blocked is None:
             break
         starts.append((b, blocked))
@@ -82,9 +94,9 @@ def segments(graph: Graph, times: Mapping[str, float], record: IterationRecord) 
     out = []
     for k, (t0, first) in enumerate(starts):
         last = k == len(starts) - 1
-        stop = len(order) if last else starts[k + 1][1]
+        stop = n if last else starts[k + 1][1]
         if stop > first:
-            out.append(Segment(first, stop, cum[stop] - cum[first], stops[k] - t0, last))
+            out.append(Segment(first, stop, order.cum[stop] - order.cum[first], stops[k] - t0, last))
     return out
 
 
@@ -95,8 +107,9 @@ def slowdowns(graph: Graph, times: Mapping[str, float], records: Iterable[Iterat
     """
     acc = {True: [0.0, 0.0], False: [0.0, 0.0]}
     pieces = 0
+    order = _Order(graph, times)
     for r in records:
-        for s in segments(graph, times, r):
+        for s in _cut(order, r):
             acc[s.last][0] += s.wall
             acc[s.last][1] += s.work
             pieces += not s.last
