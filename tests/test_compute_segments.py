@@ -33,7 +33,7 @@ def play(times, cuts, waits, early, between: float, after: float):
     run at ``between``× their time, the rest at ``after``×. ``(record, the true pieces as (first, stop))``."""
     n = len(times)
     last = cuts[-1] if cuts else 0
-    t, stalls, arrivals, starts = 0.0, [], [0.0] * n, []
+    t, stalls, arrivals = 0.0, [], [0.0] * n
     for i in range(n):
         if i in cuts:
             k = cuts.index(i)
@@ -42,7 +42,6 @@ def play(times, cuts, waits, early, between: float, after: float):
             arrivals[i] = t
         else:
             arrivals[i] = early[i] * t
-        starts.append(t)
         t += times[i] * (after if i >= last else between)
     rec = IterationRecord(0, 0, 0.0, 0.0, t + 0.01, arrivals={f"w{i}": x for i, x in enumerate(arrivals)},
                           compute_end=t, stalls=stalls)

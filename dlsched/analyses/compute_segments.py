@@ -19,7 +19,7 @@ last piece.
 Examples
 --------
 >>> from dlsched.dag import COMPUTE, RECV, Graph
->>> from dlsched.timeline import IterationRecord
+>>> from dlsched.timeline import IterationRecord, compute_spans
 >>> g = Graph("two")
 >>> for name, kind in [("w1", RECV), ("w2", RECV), ("a", COMPUTE), ("b", COMPUTE)]:
 ...     _ = g.add_op(name, kind)
@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from dlsched.dag import COMPUTE, RECV, Graph
-from dlsched.timeline import IterationRecord
+from dlsched.timeline import IterationRecord, compute_spans
 
-#: a wait shorter than this (seconds) after compute began is not a cut
+#: slack (seconds) between a wait's start and the arrival it waited for
 MIN_WAIT = 1e-4
 
 
@@ -81,22 +81,24 @@ class _Order:
 def _cut(order: _Order, record: IterationRecord) -> list[Segment]:
     n = len(order.ops)
     arrived = [max((record.arrivals.get(p, float("-inf")) for p in ps), default=float("-inf")) for ps in order.needs]
-    end = record.compute_end if record.compute_end is not None else record.end
-    starts, at = [(record.compute_start, 0)], 0
-    waits = [(a, b) for a, b in sorted(record.stalls) if b > record.compute_start + MIN_WAIT and a < end]
-    for a, b in waits:
-        blocked = next((i for i in range(at, n) if arrived[i] > a - MIN_WAIT), None)
+    spans = compute_spans(record)
+    if not spans:
+        return []
+    starts, at = [(spans[0][0], 0)], 0
+    for (_, wait), (resumed, _) in zip(spans, spans[1:]):  # the worker waited from ``wait`` to ``resumed``
+        blocked = next((i for i in range(at, n) if arrived[i] > wait - MIN_WAIT), None)
         if blocked is None:
             break
-        starts.append((b, blocked))
+        starts.append((resumed, blocked))
         at = blocked
-    stops = [a for a, _ in waits[:len(starts) - 1]] + [end]
+    end = record.compute_end if record.compute_end is not None else record.end
     out = []
     for k, (t0, first) in enumerate(starts):
         last = k == len(starts) - 1
         stop = n if last else starts[k + 1][1]
         if stop > first:
-            out.append(Segment(first, stop, order.cum[stop] - order.cum[first], stops[k] - t0, last))
+            out.append(Segment(first, stop, order.cum[stop] - order.cum[first], (end if last else spans[k][1]) - t0,
+                               last))
     return out
 
 

@@ -33,8 +33,8 @@ from dlsched.errors import DlschedError
 from dlsched.formats.chrome_trace import write_chrome_trace
 from dlsched.formats.validate_plot import write_validate_plot
 from dlsched.jobs.ddp_validate_run import DDPValidation, run_ddp_validation
-from dlsched.jobs.ordered_run import piece_meets
 from dlsched.jobs.fsdp_validate_run import FsdpValidation, run_fsdp_validation
+from dlsched.jobs.ordered_run import piece_meets
 from dlsched.jobs.validate_run import ORDERS, Validation, run_validation
 from dlsched.machine import cpu_model, load_average
 
