@@ -108,6 +108,9 @@ def summarise(parts: dict) -> dict:
                      "contention": {k: _spread([r["contention"][k] for r in runs])
                                     for k in ("compute_beside_allreduce", "allreduce_beside_compute")}
                      if all("contention" in r for r in runs) else None,
+                     # runs from before the copies were measured have none
+                     "copy_bytes_per_s": _spread([r["copy_bytes_per_s"] for r in runs])
+                     if all("copy_bytes_per_s" in r for r in runs) else None,
                      "max_abs_error_median": max(abs(c["error"]["median"]) for c in caps.values()),
                      "recommended": [{k: r["recommended"][k] for k in ("label", "bound", "best_measured",
                                                                        "measured_loss_vs_best", "within_target")}
@@ -137,6 +140,10 @@ def report() -> None:
                            *(k["compute_beside_allreduce"][x] for x in ("median", "min", "max")),
                            *(k["allreduce_beside_compute"][x] for x in ("median", "min", "max"))) if k else
                        "Contention not modelled: these repeats ran before the beside step (2026-11-26, 2190e4c).")]
+        c = s.get("copy_bytes_per_s")
+        if c:
+            lines[-1] += (" A gradient-sized copy, every rank at once, ran at {:.1f} ({:.1f}…{:.1f}) GB/s (the hooks' "
+                          "divisions and copies).".format(*(c[x] / 1e9 for x in ("median", "min", "max"))))
         lines += ["", "plan-ddp's pick per repeat: " + "; ".join(
             f"{r['label']} ({r['bound']}), {r['measured_loss_vs_best'] * 100:+.1f}% vs best {r['best_measured']}"
             for r in s["recommended"]), ""]

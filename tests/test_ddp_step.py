@@ -18,6 +18,7 @@ from dlsched.formats.allreduce_order_file import (OrderFile, OrderFileError, Ord
 from dlsched.synthetic import random_dag
 
 TOL = 1e-9
+FREE = 1e300  #: a copy bandwidth that makes every copy take no time
 
 
 def _chain():
@@ -36,7 +37,7 @@ def _chain():
 def test_stock_step_by_hand():
     g, t = _chain()
     net = Network(alpha=0.0, beta=1e6, workers=2)  # ring, P=2: cost = n/β = 1 s per MB
-    host = HostCosts(optimizer_s_per_byte=0.0)
+    host = HostCosts(copy_bandwidth=FREE, optimizer_s_per_byte=0.0)  # copies free
     two = [DDPBucket(("w1",), 1_000_000, "float32"), DDPBucket(("w0",), 1_000_000, "float32")]
     step = ddp_step(g, t, two, net, host=host)
     # w1 ready at 3, all-reduced 3..4 beside b0; w0 ready at 4, 4..5; optimizer free: the step is 5 s.
@@ -48,6 +49,9 @@ def test_stock_step_by_hand():
     # Copies: 1 MB at 1 MB/s into each bucket in the hook (delaying b0) and 2 MB back in finalize.
     copied = ddp_step(g, t, two, net, gradient_as_bucket_view=False, host=HostCosts(1e6, 0.0))
     assert copied.step_s == pytest.approx(4 + 1 + 1 + 1 + 2) and copied.compute_s == 8
+    # As bucket views, each gradient is divided in place instead: b1 2..4, b0 4..6, w0's bucket 6..7, no copy back.
+    divided = ddp_step(g, t, two, net, host=HostCosts(1e6, 0.0))
+    assert divided.step_s == pytest.approx(4 + 1 + 1 + 1) and divided.compute_s == 6
 
 
 def test_contention_by_hand():
@@ -56,23 +60,23 @@ def test_contention_by_hand():
     g, t = _chain()
     net = Network(alpha=0.0, beta=1e6, workers=2)
     two = [DDPBucket(("w1",), 1_000_000, "float32"), DDPBucket(("w0",), 1_000_000, "float32")]
-    step = ddp_step(g, t, two, net, host=HostCosts(optimizer_s_per_byte=0.0, compute_beside_comm=2.0))
+    step = ddp_step(g, t, two, net, host=HostCosts(FREE, 0.0, compute_beside_comm=2.0))
     assert [(x.start, x.end) for x in step.transfers] == [(3, 4), (4.5, 5.5)] and step.step_s == 5.5
-    both = ddp_step(g, t, two, net, host=HostCosts(optimizer_s_per_byte=0.0, compute_beside_comm=2.0,
+    both = ddp_step(g, t, two, net, host=HostCosts(FREE, 0.0, compute_beside_comm=2.0,
                                                     comm_beside_compute=2.0))
     assert [(x.start, x.end) for x in both.transfers] == [(3, 5), (5, 6)] and both.step_s == 6
     # one bucket after backward: nothing overlaps, nothing slows
     one = [DDPBucket(("w1", "w0"), 2_000_000, "float32")]
-    assert ddp_step(g, t, one, net, host=HostCosts(optimizer_s_per_byte=0.0, compute_beside_comm=3.0,
+    assert ddp_step(g, t, one, net, host=HostCosts(FREE, 0.0, compute_beside_comm=3.0,
                                                      comm_beside_compute=3.0)).step_s == 6
     with pytest.raises(DlschedError, match="slow-down from 1"):
-        ddp_step(g, t, two, net, host=HostCosts(compute_beside_comm=0.5))
+        ddp_step(g, t, two, net, host=HostCosts(FREE, compute_beside_comm=0.5))
 
 
 def test_ordered_step_by_hand():
     g, t = _chain()
     net = Network(alpha=0.0, beta=1e6, workers=2)
-    host = HostCosts(optimizer_s_per_byte=0.0)
+    host = HostCosts(copy_bandwidth=FREE, optimizer_s_per_byte=0.0)  # copies free
     # w0 first matters: the next forward needs it first. Pieces in issue order w1 then w0.
     pieces = [Piece((("w1", 0, 250_000),), 1_000_000), Piece((("w0", 0, 250_000),), 1_000_000)]
     step = ordered_step(g, t, pieces, net, host=host)
@@ -80,8 +84,17 @@ def test_ordered_step_by_hand():
     assert step.step_s == pytest.approx(5)
     assert step.lower_s <= step.step_s <= step.upper_s
     # Half a second of the hook's own work per piece: w1's piece 3..4.5, w0's 4.5..6, the next f0 at 6.
-    slow = ordered_step(g, t, pieces, net, host=HostCosts(optimizer_s_per_byte=0.0, per_piece_s=0.5))
+    slow = ordered_step(g, t, pieces, net, host=HostCosts(FREE, 0.0, per_piece_s=0.5))
     assert slow.step_s == pytest.approx(6)
+    # Copies at 1 MB/s. One slice per piece: reduced in place, then divided (1 s each) on the compute lane:
+    # w1's division 4..5 while the next f0 waits; w0's 5..6, so f0 starts at 6.
+    divided = ordered_step(g, t, pieces, net, host=HostCosts(1e6, 0.0))
+    assert divided.step_s == pytest.approx(6) and divided.compute_s == pytest.approx(6)
+    # One piece of both: gathered 4..6, on the link 6..8, divided and copied back 8..12; f0 at 12.
+    both = [Piece((("w1", 0, 250_000), ("w0", 0, 250_000)), 2_000_000)]
+    gathered = ordered_step(g, t, both, net, host=HostCosts(1e6, 0.0))
+    assert gathered.step_s == pytest.approx(12) and gathered.compute_s == pytest.approx(10)
+    assert gathered.lower_s <= gathered.step_s <= gathered.upper_s
     with pytest.raises(DlschedError, match="cost per piece"):
         ordered_step(g, t, pieces, net, host=HostCosts(per_piece_s=-1.0))
 
@@ -205,8 +218,9 @@ def test_one_piece_is_ddp_with_one_bucket(gt, net):
     whole = sum(s.bytes for s in g.sends())
     s = ordered_schedule(g, t, whole, net.cost, "ready")
     assert len(s.pieces) == 1
-    ordered = ordered_step(g, t, s.pieces, net).step_s
-    stock = ddp_step(g, t, ddp_buckets_of(g, whole / 1024**2 + 1, times=t), net).step_s
+    free = HostCosts(copy_bandwidth=FREE)  # the hooks' copies differ (the piece is gathered, DDP's is not)
+    ordered = ordered_step(g, t, s.pieces, net, free).step_s
+    stock = ddp_step(g, t, ddp_buckets_of(g, whole / 1024**2 + 1, times=t), net, host=free).step_s
     assert stock - _param_free_forward(g, t) - TOL <= ordered <= stock + 1e-9 * stock + TOL
 
 

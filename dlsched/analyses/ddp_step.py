@@ -15,11 +15,12 @@ when its last gradient is; DDP launches bucket ``b`` only after bucket
 the rest of backward. ``backward()`` returns only when every bucket is done
 (DDP's finalize waits for them), then the optimizer runs on the compute
 resource, then the next forward: the step is ``max(backward, last bucket) +
-optimizer``. With ``gradient_as_bucket_view=False`` DDP copies each gradient
-into its bucket in the autograd hook (a compute op of ``bytes / copy
-bandwidth`` right when the gradient is ready, before the bucket can go) and
-the bucket back into the gradients in finalize (``model bytes / copy
-bandwidth`` before the optimizer); with ``True`` there is no copy.
+optimizer``. DDP's autograd hook divides each gradient by the world size
+when it is ready, before its bucket can go: a compute op of ``bytes / copy
+bandwidth``. With ``gradient_as_bucket_view=True`` that is the division in
+place; with ``False`` it is the copy into the bucket (scaled as it copies,
+``Reducer::mark_variable_ready_dense``), and finalize copies the bucket back
+into the gradients (``model bytes / copy bandwidth`` before the optimizer).
 
 **The optimizer** is not in a DAG (the capture stops at the gradients), so
 its time is an elementwise pass over the parameters:
@@ -30,9 +31,13 @@ momentum or Adam optimizer moves more: give its cost per byte.
 
 **The ordered all-reduce** (:func:`ordered_step`): pieces in the schedule's
 issue order (:mod:`.allreduce_order`), piece ``i`` issued once its gradients
-are ready and piece ``i−1`` has been issued; the parameters a piece
-completes are updated by one compute op of their share of the optimizer
-time right after it; ``backward()`` returns when backward's compute ends,
+are ready and piece ``i−1`` has been issued; a piece of several slices is
+first gathered into its buffer (a compute op of ``bytes / copy bandwidth``),
+a piece of one slice is reduced in place. The hook's thread lands the pieces
+in issue order, each with one compute op: the division by the world size
+and, for a gathered piece, the copy back (``bytes / copy bandwidth`` each),
+then the optimizer's share of the parameters it completes. These copies count
+as compute in ``U``; ``backward()`` returns when backward's compute ends,
 and in the next iteration each op waits only for its own parameters'
 updates. Iterations overlap, so :data:`ITERATIONS` are simulated
 (unrolled into one DAG) and the step time is the steady-state period, the
@@ -234,6 +239,15 @@ def _iteration(dag: LaneDag, graph: Graph, times: Mapping[str, float], begin: in
     return node, compute
 
 
+def _with_division(graph: Graph, times: Mapping[str, float], divide: Mapping[str, float]) -> dict[str, float]:
+    """``times`` with each gradient's division (``divide[param]`` seconds) added to the op that produced it."""
+    out = dict(times)
+    for s in graph.sends():
+        op = next(p for p in graph.predecessors(s.name))
+        out[op] = float(out.get(op, 0.0)) + divide[s.param]
+    return out
+
+
 def _grad_node(graph: Graph, node: Mapping[str, int]) -> dict[str, int]:
     return {s.param: node[s.name] for s in graph.of_kind(SEND)}
 
@@ -257,15 +271,18 @@ def ddp_step(graph: Graph, times: Mapping[str, float], buckets: Sequence[DDPBuck
         raise DlschedError(f"the buckets do not hold each of {graph.name}'s {len(sends)} gradients exactly once")
     dag = LaneDag()
     begin = dag.add(0.0, INSTANT)
-    node, compute = _iteration(dag, graph, times, begin, {})
+    # the autograd hook divides each gradient by the world size: in place, right after the op that made it
+    # (so that op takes longer), or as it copies the gradient into its bucket
+    divide = {p: sends[p].bytes / host.copy_bandwidth for p in named}
+    node, compute = _iteration(dag, graph, _with_division(graph, times, divide) if gradient_as_bucket_view
+                               else times, begin, {})
     grad = _grad_node(graph, node)
     model_bytes = sum(s.bytes for s in sends.values())
-    copy_s = 0.0
-    if not gradient_as_bucket_view:  # the autograd hook copies each gradient into its bucket
+    copy_s = sum(divide.values())
+    if not gradient_as_bucket_view:
         for p in named:
-            secs = sends[p].bytes / host.copy_bandwidth
-            grad[p] = dag.add(secs, COMPUTE_LANE, [grad[p]], hook=True)
-            copy_s += 2 * secs  # in, and back out in finalize
+            grad[p] = dag.add(divide[p], COMPUTE_LANE, [grad[p]], hook=True)
+        copy_s *= 2  # and back out in finalize
     backward_done = dag.add(0.0, INSTANT, compute)
     links, prev = [], None
     for b in buckets:
@@ -313,14 +330,20 @@ def ordered_step(graph: Graph, times: Mapping[str, float], pieces: Sequence[Piec
         grad = _grad_node(graph, node)
         links, updates = [], []
         for i, piece in enumerate(pieces):
-            preds = [grad[p] for p in piece.params] + ([prev_link] if prev_link is not None else [])
-            prev_link = dag.add(host.per_piece_s + network.cost(piece.bytes), LINK_LANE, preds)
+            ready = [grad[p] for p in piece.params]
+            if len(piece.slices) > 1:  # gathered into the piece's buffer
+                ready = [dag.add(piece.bytes / host.copy_bandwidth, COMPUTE_LANE, ready, hook=True)]
+            prev_link = dag.add(host.per_piece_s + network.cost(piece.bytes), LINK_LANE,
+                                ready + ([prev_link] if prev_link is not None else []))
             links.append(prev_link)
-        released = {}
-        for i, params in completes.items():
-            u = dag.add(host.optimizer_s(sum(sends[p].bytes for p in params)), COMPUTE_LANE, [links[i]], hook=True)
-            updates.append(u)
-            released.update({p: u for p in params})
+        released, prev_apply = {}, None
+        for i, piece in enumerate(pieces):  # one thread lands them in issue order: divide, scatter, update
+            params = completes.get(i, [])
+            secs = _apply_copies(piece) * piece.bytes / host.copy_bandwidth
+            prev_apply = dag.add(secs + host.optimizer_s(sum(sends[p].bytes for p in params)), COMPUTE_LANE,
+                                 [links[i]] + ([prev_apply] if prev_apply is not None else []), hook=True)
+            updates.append(prev_apply)
+            released.update({p: prev_apply for p in params})
         firsts.append(begin)
         marks.append(dag.add(0.0, INSTANT, compute + updates))
         link_nodes.append(links)
@@ -332,8 +355,15 @@ def ordered_step(graph: Graph, times: Mapping[str, float], pieces: Sequence[Piec
     transfers = tuple(Transfer(ready[i] - t0, start[i] - t0, end[i] - t0, int(p.bytes))
                       for p, i in zip(pieces, link_nodes[k]))
     lat = sum(network.split(p.bytes)[0] for p in pieces)
-    return StepResult(period, sum(float(times[op.name]) for op in compute_ops),
+    copy_s = sum((_apply_copies(p) + (len(p.slices) > 1)) * p.bytes / host.copy_bandwidth for p in pieces)
+    return StepResult(period, sum(float(times[op.name]) for op in compute_ops) + copy_s,
                       sum(network.cost(p.bytes) for p in pieces), host.optimizer_s(model_bytes), transfers, lat)
+
+
+def _apply_copies(piece: Piece) -> int:
+    """Passes over a landed piece before its updates: the division by the world size, and for a piece of
+    several slices the copy back into the gradients (one slice is reduced in place)."""
+    return 1 + (len(piece.slices) > 1)
 
 
 def check_cover(pieces: Sequence[Piece], elements: Mapping[str, int]) -> None:

@@ -324,6 +324,7 @@ def ddp_report(v: DDPValidation) -> dict:
                         "timed_allreduce": v.allreduce},
             "compute_s": v.compute_s, "optimizer_s": v.optimizer_s, "profile_scale": v.profile_scale,
             "contention": {"compute_beside_allreduce": v.contention[0], "allreduce_beside_compute": v.contention[1]},
+            "copy_bytes_per_s": v.copy_bps,
             "iterations": v.iterations, "caps": caps, "step_target": DDP_STEP_TARGET,
             "all_within_target": all(c["within_target"] for c in caps),
             "recommended": {"label": pick["label"], "bound": v.plan.bound, "ddp_kwargs": v.plan.ddp_kwargs,

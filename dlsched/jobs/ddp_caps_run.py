@@ -17,7 +17,9 @@ first iteration, with its one whole-model bucket, among them) are dropped.
 
 Before the rounds every rank times gloo's all-reduce of a range of sizes on
 the same hosts (the median of a few calls each): the collective's cost line,
-``time = a + bytes · b``, which the prediction turns into the ring's α and β.
+``time = a + bytes · b``, which the prediction turns into the ring's α and β;
+and a copy of the whole gradient's size, every rank at once: the bytes per
+second at which the hooks divide, gather and scatter gradients.
 
 The ranks are started by :func:`dlsched.runtime.launcher.launch_ranks`, on the
 hosts of :mod:`dlsched.runtime.hosts` (network namespaces with a shaped link
@@ -67,6 +69,8 @@ class DDPCapsRun:
     allreduce_bytes: list[int]
     allreduce_s: np.ndarray
     workers: int
+    #: bytes per second of a copy as large as the largest timed all-reduce (the median over ranks)
+    copy_bps: float = 10e9
 
     def step_times(self, slot: str) -> np.ndarray:
         """The cluster's step time per measured round: the slowest rank's."""
@@ -87,6 +91,19 @@ def _timed_allreduce(dist, torch, nbytes: int) -> float:
         dist.all_reduce(t)
         runs.append(time.perf_counter() - t0)
     return float(np.median(runs))
+
+
+def _timed_copy(dist, torch, nbytes: int) -> float:
+    """Bytes per second of one copy of ``nbytes`` (the median of :data:`ALLREDUCE_CALLS`), every rank copying
+    at once as the hooks do: what dividing or gathering a gradient costs (``HostCosts.copy_bandwidth``)."""
+    src, dst = torch.ones(max(1, nbytes // 4)), torch.empty(max(1, nbytes // 4))
+    runs = []
+    for _ in range(ALLREDUCE_CALLS):
+        dist.barrier()
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        runs.append(time.perf_counter() - t0)
+    return src.numel() * 4 / max(float(np.median(runs)), 1e-9)
 
 
 class _Beside:
@@ -158,6 +175,7 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
             opts[slot_name(cap)] = torch.optim.SGD(replica.parameters(), lr=1e-3)
         sizes = config["allreduce_bytes"]
         allreduce = [_timed_allreduce(dist, torch, n) for n in sizes]
+        copy_bps = _timed_copy(dist, torch, max(sizes))
         beside = _Beside(dist, torch, max(sizes), config["timeout"])
         slots = [*replicas, CALIBRATION, BESIDE]
         first = next(iter(replicas))
@@ -188,7 +206,7 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
         raise
     except Exception as e:
         raise transfer_failure(f"rank {rank}: DDP's collective failed", e) from None
-    return {"rank": rank, "records": records, "allreduce": allreduce}
+    return {"rank": rank, "records": records, "allreduce": allreduce, "copy_bps": copy_bps}
 
 
 def run_caps(model: str, caps: list[float], *, workers: int, batch: int, threads: int, iterations: int,
@@ -210,7 +228,8 @@ def run_caps(model: str, caps: list[float], *, workers: int, batch: int, threads
     steps = {s: np.array([[res["records"][s][i] for res in results]
                           for i in range(iterations)], dtype=float) for s in results[0]["records"]}
     return DDPCapsRun(list(caps), steps, list(allreduce_bytes),
-                      np.array([res["allreduce"] for res in results], dtype=float).T, workers)
+                      np.array([res["allreduce"] for res in results], dtype=float).T, workers,
+                      float(np.median([res["copy_bps"] for res in results])))
 
 
 def main(argv=None) -> None:

@@ -162,6 +162,8 @@ class DDPValidation:
     contention: tuple = (1.0, 1.0)
     #: the ordered all-reduce's predicted step with the cost per piece its job measured
     ordered_predicted: StepResult | None = None
+    #: bytes per second of a gradient-sized copy, every rank at once (the hooks' divisions and copies)
+    copy_bps: float = 10e9
 
 
 def _check(model, workers, caps, iterations, warmup, max_work):
@@ -241,7 +243,8 @@ def run_ddp_validation(model: str, *, workers: int = 2, rate: str | None = "auto
                            float(np.percentile(measured, 95)), c.step.step_s, c.step.figures()))
     timed = {"bytes": list(run.allreduce_bytes), "seconds": [float(s) for s in run.allreduce_s.mean(axis=1)]}
     return DDPValidation(model, workers, batch, threads, host_info, rows, net, timed, compute, optimizer, scale,
-                         iterations, time.monotonic() - t0, plan, measured_ordered, contention, ordered_predicted)
+                         iterations, time.monotonic() - t0, plan, measured_ordered, contention, ordered_predicted,
+                         run.copy_bps)
 
 
 def _plan(graph, oracle, run, caps, model_bytes, workers):
@@ -260,6 +263,6 @@ def _plan(graph, oracle, run, caps, model_bytes, workers):
     quiet_backward = (calib[:, :, 0] - calib[:, :, 3]).ravel()
     f, g = fit_contention(quiet_backward, (beside[:, :, 0] - beside[:, :, 3]).ravel(), beside[:, :, 4].ravel(),
                           float(secs[-1]))
-    host = HostCosts(optimizer_s_per_byte=optimizer / model_bytes, compute_beside_comm=f, comm_beside_compute=g)
+    host = HostCosts(run.copy_bps, optimizer / model_bytes, compute_beside_comm=f, comm_beside_compute=g)
     plan = plan_ddp(graph, times, net, caps=caps, host=host)
     return plan, (net, compute, optimizer, scale, (f, g)), (times, host)
