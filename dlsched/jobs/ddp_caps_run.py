@@ -82,28 +82,27 @@ def slot_name(cap: float | None) -> str:
     return "default" if cap is None else f"{cap:g}"
 
 
-def _timed_allreduce(dist, torch, nbytes: int) -> float:
-    t = torch.zeros(max(1, nbytes // 4))
+def _median_s(dist, call) -> float:
+    """The median seconds of :data:`ALLREDUCE_CALLS` calls of ``call()``, every rank starting each at once."""
     runs = []
     for _ in range(ALLREDUCE_CALLS):
         dist.barrier()
         t0 = time.perf_counter()
-        dist.all_reduce(t)
+        call()
         runs.append(time.perf_counter() - t0)
     return float(np.median(runs))
 
 
+def _timed_allreduce(dist, torch, nbytes: int) -> float:
+    t = torch.zeros(max(1, nbytes // 4))
+    return _median_s(dist, lambda: dist.all_reduce(t))
+
+
 def _timed_copy(dist, torch, nbytes: int) -> float:
-    """Bytes per second of one copy of ``nbytes`` (the median of :data:`ALLREDUCE_CALLS`), every rank copying
-    at once as the hooks do: what dividing or gathering a gradient costs (``HostCosts.copy_bandwidth``)."""
+    """Bytes per second of one copy of ``nbytes``, every rank copying at once as the hooks do: what dividing or
+    gathering a gradient costs (``HostCosts.copy_bandwidth``)."""
     src, dst = torch.ones(max(1, nbytes // 4)), torch.empty(max(1, nbytes // 4))
-    runs = []
-    for _ in range(ALLREDUCE_CALLS):
-        dist.barrier()
-        t0 = time.perf_counter()
-        dst.copy_(src)
-        runs.append(time.perf_counter() - t0)
-    return src.numel() * 4 / max(float(np.median(runs)), 1e-9)
+    return src.numel() * 4 / max(_median_s(dist, lambda: dst.copy_(src)), 1e-9)
 
 
 class _Beside:
