@@ -90,10 +90,12 @@ def test_ordered_step_by_hand():
     # w1's division 4..5 while the next f0 waits; w0's 5..6, so f0 starts at 6.
     divided = ordered_step(g, t, pieces, net, host=HostCosts(1e6, 0.0))
     assert divided.step_s == pytest.approx(6) and divided.compute_s == pytest.approx(6)
-    # One piece of both: gathered 4..6, on the link 6..8, divided and copied back 8..12; f0 at 12.
+    # One piece of both: gathered 4..6 and on the wire 6..8 (the link's node), divided and copied back 8..12;
+    # f0 at 12.
     both = [Piece((("w1", 0, 250_000), ("w0", 0, 250_000)), 2_000_000)]
     gathered = ordered_step(g, t, both, net, host=HostCosts(1e6, 0.0))
-    assert gathered.step_s == pytest.approx(12) and gathered.compute_s == pytest.approx(10)
+    assert gathered.step_s == pytest.approx(12) and gathered.compute_s == pytest.approx(8)
+    assert gathered.comm_s == pytest.approx(4)
     assert gathered.lower_s <= gathered.step_s <= gathered.upper_s
     with pytest.raises(DlschedError, match="cost per piece"):
         ordered_step(g, t, pieces, net, host=HostCosts(per_piece_s=-1.0))
@@ -170,11 +172,12 @@ def test_stock_step_within_its_bounds(gt, net, cap, view):
 
 
 @settings(max_examples=30, deadline=None)
-@given(graphs, networks, st.sampled_from([4096, 64 * 1024, 1 << 30]), st.sampled_from(["tic", "ready"]))
-def test_ordered_step_within_its_bounds(gt, net, piece_bytes, priority):
+@given(graphs, networks, st.sampled_from([4096, 64 * 1024, 1 << 30]), st.sampled_from(["tic", "ready"]),
+       st.sampled_from([1e6, 1e10]))
+def test_ordered_step_within_its_bounds(gt, net, piece_bytes, priority, copy_bandwidth):
     g, t = gt
     s = ordered_schedule(g, t, piece_bytes, net.cost, priority)
-    step = ordered_step(g, t, s.pieces, net)
+    step = ordered_step(g, t, s.pieces, net, HostCosts(copy_bandwidth))  # the hook's copies as slow as the link
     assert step.lower_s * (1 - 1e-9) - TOL <= step.step_s <= step.upper_s * (1 + 1e-9) + TOL
 
 

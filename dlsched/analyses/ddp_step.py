@@ -32,12 +32,13 @@ momentum or Adam optimizer moves more: give its cost per byte.
 **The ordered all-reduce** (:func:`ordered_step`): pieces in the schedule's
 issue order (:mod:`.allreduce_order`), piece ``i`` issued once its gradients
 are ready and piece ``i−1`` has been issued; a piece of several slices is
-first gathered into its buffer (a compute op of ``bytes / copy bandwidth``),
-a piece of one slice is reduced in place. The hook's thread lands the pieces
-in issue order, each with one compute op: the division by the world size
-and, for a gathered piece, the copy back (``bytes / copy bandwidth`` each),
-then the optimizer's share of the parameters it completes. These copies count
-as compute in ``U``; ``backward()`` returns when backward's compute ends,
+first gathered into its buffer by the hook's thread (``bytes / copy
+bandwidth`` on the link before its collective, counted in comm), a piece of
+one slice is reduced in place. The thread lands the pieces in issue order,
+each with one compute op: the division by the world size and, for a gathered
+piece, the copy back (``bytes / copy bandwidth`` each, counted in compute),
+then the optimizer's share of the parameters it completes; ``backward()``
+returns when backward's compute ends,
 and in the next iteration each op waits only for its own parameters'
 updates. Iterations overlap, so :data:`ITERATIONS` are simulated
 (unrolled into one DAG) and the step time is the steady-state period, the
@@ -330,11 +331,9 @@ def ordered_step(graph: Graph, times: Mapping[str, float], pieces: Sequence[Piec
         grad = _grad_node(graph, node)
         links, updates = [], []
         for i, piece in enumerate(pieces):
-            ready = [grad[p] for p in piece.params]
-            if len(piece.slices) > 1:  # gathered into the piece's buffer
-                ready = [dag.add(piece.bytes / host.copy_bandwidth, COMPUTE_LANE, ready, hook=True)]
-            prev_link = dag.add(host.per_piece_s + network.cost(piece.bytes), LINK_LANE,
-                                ready + ([prev_link] if prev_link is not None else []))
+            preds = [grad[p] for p in piece.params] + ([prev_link] if prev_link is not None else [])
+            prev_link = dag.add(host.per_piece_s + _gather_s(piece, host) + network.cost(piece.bytes), LINK_LANE,
+                                preds)
             links.append(prev_link)
         released, prev_apply = {}, None
         for i, piece in enumerate(pieces):  # one thread lands them in issue order: divide, scatter, update
@@ -355,15 +354,22 @@ def ordered_step(graph: Graph, times: Mapping[str, float], pieces: Sequence[Piec
     transfers = tuple(Transfer(ready[i] - t0, start[i] - t0, end[i] - t0, int(p.bytes))
                       for p, i in zip(pieces, link_nodes[k]))
     lat = sum(network.split(p.bytes)[0] for p in pieces)
-    copy_s = sum((_apply_copies(p) + (len(p.slices) > 1)) * p.bytes / host.copy_bandwidth for p in pieces)
+    copy_s = sum(_apply_copies(p) * p.bytes / host.copy_bandwidth for p in pieces)
     return StepResult(period, sum(float(times[op.name]) for op in compute_ops) + copy_s,
-                      sum(network.cost(p.bytes) for p in pieces), host.optimizer_s(model_bytes), transfers, lat)
+                      sum(network.cost(p.bytes) + _gather_s(p, host) for p in pieces), host.optimizer_s(model_bytes),
+                      transfers, lat)
 
 
 def _apply_copies(piece: Piece) -> int:
     """Passes over a landed piece before its updates: the division by the world size, and for a piece of
     several slices the copy back into the gradients (one slice is reduced in place)."""
     return 1 + (len(piece.slices) > 1)
+
+
+def _gather_s(piece: Piece, host: HostCosts) -> float:
+    """Seconds the hook's thread spends gathering a piece of several slices into its buffer, right before its
+    collective (charged on the link, as the hand-off is: the thread does it, not the training thread)."""
+    return piece.bytes / host.copy_bandwidth if len(piece.slices) > 1 else 0.0
 
 
 def check_cover(pieces: Sequence[Piece], elements: Mapping[str, int]) -> None:
