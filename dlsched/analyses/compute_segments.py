@@ -19,7 +19,7 @@ last piece.
 Examples
 --------
 >>> from dlsched.dag import COMPUTE, RECV, Graph
->>> from dlsched.timeline import IterationRecord, compute_spans
+>>> from dlsched.timeline import IterationRecord
 >>> g = Graph("two")
 >>> for name, kind in [("w1", RECV), ("w2", RECV), ("a", COMPUTE), ("b", COMPUTE)]:
 ...     _ = g.add_op(name, kind)

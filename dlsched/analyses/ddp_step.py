@@ -244,8 +244,8 @@ def _with_division(graph: Graph, times: Mapping[str, float], divide: Mapping[str
     """``times`` with each gradient's division (``divide[param]`` seconds) added to the op that produced it."""
     out = dict(times)
     for s in graph.sends():
-        op = next(p for p in graph.predecessors(s.name))
-        out[op] = float(out.get(op, 0.0)) + divide[s.param]
+        op = next(iter(graph.predecessors(s.name)))
+        out[op] = out.get(op, 0.0) + divide[s.param]
     return out
 
 

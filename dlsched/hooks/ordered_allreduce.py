@@ -453,8 +453,8 @@ class OrderedAllreduce:
         self._handles.clear()
         if self.error is None:  # a failed collective may still block in gloo; the thread is a daemon
             self._thread.join(self.timeout + MARGIN_S)
-            let_go([t for t in self._sent if t is not None], MARGIN_S)  # else the process may abort or hang
-            # as it ends (gloo_release)
+            # what gloo last reduced, else the process may abort or hang as it ends (gloo_release)
+            let_go([t for t in self._sent if t is not None], MARGIN_S)
 
     def __enter__(self):
         return self
