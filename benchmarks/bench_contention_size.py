@@ -14,8 +14,14 @@ order: alone; beside one all-reduce of the whole gradient's bytes; beside a
 stream of ``PIECE`` all-reduces issued one after another until backward
 ends. Both beside modes run on a gloo group of their own, started when
 backward starts, and keep the link busy for all of backward. The report gives
-the median backward of each mode over rounds and ranks, and each mode's
-slow-down over the quiet one.
+the median backward of each mode over rounds and ranks, each mode's slow-down
+over the quiet one, and one small all-reduce's time alone and in the stream;
+medians of ``REPEATS`` jobs.
+
+Measured (2026-11-27, Intel Xeon): ×1.22 beside the large one and ×1.21 beside
+13 small ones, so the collectives' number does not change what they cost
+backward; what slows the ordered all-reduce's compute beyond it is the hook's
+own work (``docs/validate-ddp.md``).
 
 Needs root; one run under ``flock /tmp/dlsched-heavy.lock``. Writes
 ``benchmarks/results/contention_size.md``/``.json``. The rank entry point:
@@ -38,41 +44,41 @@ MODEL = f"{REPO / 'examples' / 'torch_models.py'}:transformer"
 BATCH, RATE, ROUNDS, WARMUP, PIECE, REPEATS = 24, "600mbit", 12, 2, 1 << 20, 5
 MODES = ("quiet", "one", "stream")
 
+from dlsched.jobs.ddp_caps_run import _Beside  # noqa: E402 - the checkout on the path first
 
-class _Link:
-    """All-reduces in a thread, on a group of their own: one of ``nbytes``, or ``piece``-sized ones until told to stop."""
 
-    def __init__(self, dist, torch, nbytes: int, piece: int, timeout: float):
-        from dlsched.runtime.ps_failures import seconds
-        self.dist = dist
-        self.group = dist.new_group(backend="gloo", timeout=seconds(timeout))
-        self.big, self.small = torch.zeros(nbytes // 4), torch.zeros(piece // 4)
-        self.stop, self.count, self.thread, self.times = threading.Event(), 0, None, []
+class _Stream(_Beside):
+    """Piece-sized all-reduces one after another in a thread, on a group of their own, from :meth:`start` until
+    :meth:`join`: the ordered all-reduce's pattern beside backward. ``times`` keeps each one's seconds."""
 
-    def _run(self, mode: str) -> None:
-        if mode == "one":
-            self.dist.all_reduce(self.big, group=self.group)
-            self.count = 1
-            return
-        while True:
-            # every rank must agree how many it issues: the stop flag goes with each piece's first element
-            self.small[0] = 1.0 if self.stop.is_set() else 0.0
-            t0 = time.perf_counter()
-            self.dist.all_reduce(self.small, group=self.group)
-            self.times.append(time.perf_counter() - t0)
-            self.count += 1
-            if self.small[0] > 0:
-                return
+    def __init__(self, dist, torch, piece: int, timeout: float):
+        super().__init__(dist, torch, piece, timeout)
+        self.stop, self.count, self.times = threading.Event(), 0, []
 
-    def start(self, mode: str) -> None:
+    def _run(self) -> None:
+        try:
+            while True:
+                # every rank must issue as many: the stop flag travels in each piece's first element
+                self.buf[0] = 1.0 if self.stop.is_set() else 0.0
+                t0 = time.perf_counter()
+                self.dist.all_reduce(self.buf, group=self.group)
+                self.times.append(time.perf_counter() - t0)
+                self.count += 1
+                if self.buf[0] > 0:
+                    break
+            self.end = time.perf_counter()
+        except Exception as e:  # noqa: BLE001 - raised in the rank's thread by join()
+            self.error = e
+
+    def start(self) -> None:
         self.stop.clear()
         self.count = 0
-        self.thread = threading.Thread(target=self._run, args=(mode,), daemon=True)
-        self.thread.start()
+        super().start()
 
     def join(self) -> int:
+        """How many ran; raises what the thread raised."""
         self.stop.set()
-        self.thread.join()
+        super().join()
         return self.count
 
     def alone(self, calls: int) -> list:
@@ -80,7 +86,7 @@ class _Link:
         out = []
         for _ in range(calls):
             t0 = time.perf_counter()
-            self.dist.all_reduce(self.small, group=self.group)
+            self.dist.all_reduce(self.buf, group=self.group)
             out.append(time.perf_counter() - t0)
         return out
 
@@ -95,30 +101,32 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
     from dlsched.runtime.gloo_release import let_go
     module, inputs = join_with_model(config)
     nbytes = sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
-    link = _Link(dist, torch, nbytes, config["piece"], config["timeout"])
+    links = {"one": _Beside(dist, torch, nbytes, config["timeout"]),
+             "stream": _Stream(dist, torch, config["piece"], config["timeout"])}
     out = {m: [] for m in MODES}
     counts = []
     dist.barrier()
-    alone = link.alone(10)
+    alone = links["stream"].alone(10)
     for r in range(config["warmup"] + config["rounds"]):
         for mode in rotation(list(MODES), r):
             dist.barrier()
             loss = training_loss(module(*inputs))
-            if mode != "quiet":
-                link.start(mode)
+            link = links.get(mode)
+            if link is not None:
+                link.start()
             t0 = time.perf_counter()
             loss.backward()
             t1 = time.perf_counter()
-            n = link.join() if mode != "quiet" else 0
+            n = link.join() if link is not None else 0
             module.zero_grad(set_to_none=True)
             if r >= config["warmup"]:
                 out[mode].append(t1 - t0)
                 if mode == "stream":
                     counts.append(n)
     dist.barrier()
-    let_go([link.big, link.small], config["timeout"])
+    let_go([link.buf for link in links.values()], config["timeout"])
     return {"rank": rank, "backward": out, "stream_counts": counts, "bytes": nbytes, "alone": alone,
-            "beside": link.times}
+            "beside": links["stream"].times}
 
 
 def _one_job(config: dict) -> list:
