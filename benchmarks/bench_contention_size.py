@@ -32,7 +32,6 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -44,51 +43,17 @@ MODEL = f"{REPO / 'examples' / 'torch_models.py'}:transformer"
 BATCH, RATE, ROUNDS, WARMUP, PIECE, REPEATS = 24, "600mbit", 12, 2, 1 << 20, 5
 MODES = ("quiet", "one", "stream")
 
-from dlsched.jobs.ddp_caps_run import _Beside  # noqa: E402 - the checkout on the path first
+from dlsched.jobs.ddp_caps_run import Stream, _Beside  # noqa: E402 - the checkout on the path first
 
 
-class _Stream(_Beside):
-    """Piece-sized all-reduces one after another in a thread, on a group of their own, from :meth:`start` until
-    :meth:`join`: the ordered all-reduce's pattern beside backward. ``times`` keeps each one's seconds."""
-
-    def __init__(self, dist, torch, piece: int, timeout: float):
-        super().__init__(dist, torch, piece, timeout)
-        self.stop, self.count, self.times = threading.Event(), 0, []
-
-    def _run(self) -> None:
-        try:
-            while True:
-                # every rank must issue as many: the stop flag travels in each piece's first element
-                self.buf[0] = 1.0 if self.stop.is_set() else 0.0
-                t0 = time.perf_counter()
-                self.dist.all_reduce(self.buf, group=self.group)
-                self.times.append(time.perf_counter() - t0)
-                self.count += 1
-                if self.buf[0] > 0:
-                    break
-            self.end = time.perf_counter()
-        except Exception as e:  # noqa: BLE001 - raised in the rank's thread by join()
-            self.error = e
-
-    def start(self) -> None:
-        self.stop.clear()
-        self.count = 0
-        super().start()
-
-    def join(self) -> int:
-        """How many ran; raises what the thread raised."""
-        self.stop.set()
-        super().join()
-        return self.count
-
-    def alone(self, calls: int) -> list:
-        """Seconds of ``calls`` piece-sized all-reduces with nothing beside them."""
-        out = []
-        for _ in range(calls):
-            t0 = time.perf_counter()
-            self.dist.all_reduce(self.buf, group=self.group)
-            out.append(time.perf_counter() - t0)
-        return out
+def _alone(link, calls: int) -> list:
+    """Seconds of ``calls`` of the stream's all-reduces with nothing beside them."""
+    out = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        link.dist.all_reduce(link.buf, group=link.group)
+        out.append(time.perf_counter() - t0)
+    return out
 
 
 def run_rank(config: dict, rank: int, init_method: str) -> dict:
@@ -102,11 +67,11 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
     module, inputs = join_with_model(config)
     nbytes = sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
     links = {"one": _Beside(dist, torch, nbytes, config["timeout"]),
-             "stream": _Stream(dist, torch, config["piece"], config["timeout"])}
+             "stream": Stream(dist, torch, config["piece"], config["timeout"])}
     out = {m: [] for m in MODES}
     counts = []
     dist.barrier()
-    alone = links["stream"].alone(10)
+    alone = _alone(links["stream"], 10)
     for r in range(config["warmup"] + config["rounds"]):
         for mode in rotation(list(MODES), r):
             dist.barrier()
@@ -117,12 +82,13 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
             t0 = time.perf_counter()
             loss.backward()
             t1 = time.perf_counter()
-            n = link.join() if link is not None else 0
+            if link is not None:
+                link.join()
             module.zero_grad(set_to_none=True)
             if r >= config["warmup"]:
                 out[mode].append(t1 - t0)
                 if mode == "stream":
-                    counts.append(n)
+                    counts.append(links["stream"].count)
     dist.barrier()
     let_go([link.buf for link in links.values()], config["timeout"])
     return {"rank": rank, "backward": out, "stream_counts": counts, "bytes": nbytes, "alone": alone,

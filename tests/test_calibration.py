@@ -95,3 +95,24 @@ def test_fit_contention_without_records_or_contention_is_one():
     from dlsched.analyses.calibration import fit_contention
     assert fit_contention([], [], [], 1.0) == (1.0, 1.0)
     assert fit_contention([1.0, 1.0], [0.9, 1.0], [1.5, 1.4], 1.5) == (1.0, 1.0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.05, 5.0), st.floats(1.0, 4.0), st.floats(1.0, 4.0)), min_size=1, max_size=4),
+       st.floats(0.05, 5.0))
+def test_slowest_rank_contention_is_the_pair_of_the_rank_slowed_most(ranks, a):
+    """Each rank's backward q beside one collective of a alone, slowed by its own (f, g): the pair of the rank
+    with the largest f comes back, whichever column it is in."""
+    import numpy as np
+
+    from dlsched.analyses.calibration import slowest_rank_contention
+    fs = sorted(f for _, f, _ in ranks)
+    assume(len(fs) == 1 or fs[-1] - fs[-2] > 1e-6)  # one rank slowed most (a tie is either pair)
+    cols = [_overlapped(q, a, f, g) for q, f, g in ranks]
+    quiet = np.array([[q for q, _, _ in ranks]])
+    beside = np.array([[t for t, _ in cols]])
+    comm = np.array([[e for _, e in cols]])
+    got = slowest_rank_contention(quiet, beside, comm, a)
+    want = max((f, g) for _, f, g in ranks)
+    assert got == pytest.approx(want, rel=1e-6)
+    assert slowest_rank_contention(np.ones((3, 0)), np.ones((3, 0)), np.ones((3, 0)), a) == (1.0, 1.0)

@@ -109,6 +109,8 @@ def test_small_real_ddp_sweep_through_the_cli():
     o = d["ordered"]
     assert o["measured_ddp"] > 0 and o["measured_ordered"] > 0 and o["blocks"] == 3
     assert o["max_param_diff"] <= 1e-6  # the ordered replica trained exactly as DDP's
+    # each piece is charged what one of the stream's collectives cost beside backward beyond one alone
+    assert 0 <= o["piece_cost_s"] < 1.0 and o["piece_gap_s"] >= 0
     # the ranks' records line up on one clock: each piece's collective, and the waits for the last rank
     c = o["link_check"]
     assert len(c["measured_link_s"]) == len(c["simulated_link_s"]) == len(c["wait_for_last_rank_s"]) == o["pieces"]
@@ -125,3 +127,15 @@ def test_localhost_sweep_says_the_link_is_unshaped():
     d = json.loads(out.stdout)
     assert d["hosts"]["kind"] == "localhost" and "unshaped" in d["hosts"]["note"]
     assert np.isfinite([c["predicted"] for c in d["caps"]]).all()
+
+
+def test_collective_excess_is_the_stream_mean_beyond_one_alone():
+    """The stream slot's field 4 is the mean seconds of one of its collectives; the excess over one alone is the
+    median over rounds and ranks, and never below 0."""
+    from dlsched.jobs.ddp_caps_run import STREAM, DDPCapsRun
+    steps = {STREAM: np.zeros((3, 2, 5))}
+    steps[STREAM][:, :, 4] = [[0.004, 0.0035], [0.003, 0.005], [0.0032, 0.0031]]
+    run = DDPCapsRun([1.0], steps, [1024], np.ones((1, 2)), 2, stream_alone_s=0.0004)
+    assert run.collective_excess_s == pytest.approx(np.median(steps[STREAM][:, :, 4]) - 0.0004)
+    assert DDPCapsRun([1.0], steps, [1024], np.ones((1, 2)), 2, stream_alone_s=0.01).collective_excess_s == 0.0
+    assert DDPCapsRun([1.0], {}, [1024], np.ones((1, 2)), 2).collective_excess_s == 0.0

@@ -182,3 +182,25 @@ def fit_contention(quiet: Sequence[float], beside: Sequence[float], comm: Sequen
     if not fs:
         return 1.0, 1.0
     return float(statistics.median(fs)), float(statistics.median(gs))
+
+
+def slowest_rank_contention(quiet, beside, comm, quiet_comm: float) -> tuple[float, float]:
+    """:func:`fit_contention` on each rank's records (columns of the ``(rounds, ranks)`` arrays), and the pair of
+    the rank whose compute slows most: the ranks meet at every collective, so that rank sets the pace, as the
+    slowest rank's compute sets the step's (the collective is one for all ranks; each rank's pair explains its
+    own backward and the collective together). On 2 ranks with rank 0's link shaped (``validate``'s network
+    namespaces), rank 0's backward slowed x1.28 beside an all-reduce and rank 1's x1.17 (the transformer at
+    600 Mbit/s): the median over both ranks' records would charge the step for neither.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> q = np.array([[1.0, 1.0]]); t = np.array([[1.3, 1.1]]); e = np.array([[2.5, 2.5]])
+    >>> tuple(round(x, 3) for x in slowest_rank_contention(q, t, e, 2.0))
+    (1.3, 1.625)
+    """
+    quiet, beside, comm = (np.asarray(a, dtype=float) for a in (quiet, beside, comm))
+    fits = [fit_contention(quiet[:, r], beside[:, r], comm[:, r], quiet_comm) for r in range(quiet.shape[1])]
+    if not fits:
+        return 1.0, 1.0
+    return max(fits)

@@ -344,12 +344,12 @@ def _ordered_report(v: DDPValidation) -> dict | None:
     o, plan = v.ordered, v.plan
     ddp, ordered = float(np.mean(o.periods["ddp"])), float(np.mean(o.periods["ordered"]))
     gain = ddp / ordered
-    step = v.ordered_predicted or plan.best_ordered.step  # with the measured cost per piece, when measured
+    step = v.ordered_predicted or plan.best_ordered.step
     predicted = plan.recommended.step.step_s / step.step_s
     return {"bucket_cap_mb": plan.recommended.bucket_cap_mb, "piece_bytes": plan.best_ordered.piece_bytes,
             "pieces": len(plan.best_ordered.schedule.pieces), "block": o.block, "blocks": len(o.periods["ddp"]),
             "measured_ddp": ddp, "measured_ordered": ordered, "predicted_ddp": plan.recommended.step.step_s,
-            "predicted_ordered": step.step_s, "piece_cost_s": o.piece_gap_s, "planned_gain": plan.ordered_gain,
+            "predicted_ordered": step.step_s, "piece_cost_s": v.collective_excess_s, "piece_gap_s": o.piece_gap_s, "planned_gain": plan.ordered_gain,
             "measured_gain": gain, "predicted_gain": predicted, "gain_error": predicted - gain,
             "within_target": abs(predicted - gain) <= ORDERED_GAIN_TARGET, "target": ORDERED_GAIN_TARGET,
             "S": plan.recommended.step.speedup_bound, "max_param_diff": o.max_param_diff,

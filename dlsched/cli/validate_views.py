@@ -71,8 +71,9 @@ def render_ddp(out: dict) -> None:
              ("gain", f"{o['measured_gain']:.3f}x", f"{o['predicted_gain']:.3f}x")], left=("",)))
         console.print(f"ordered all-reduce: gain error {o['gain_error']:+.3f}, "
                       + ("within" if o["within_target"] else "outside") + f" the ±{o['target']:g} target; "
-                      f"predicted with the hook's measured {fmt_seconds(o['piece_cost_s'])} per piece (plan-ddp, "
-                      f"without it: {o['planned_gain']:.3f}x); parameters equal DDP's to {o['max_param_diff']:.1e}")
+                      f"each piece charged {fmt_seconds(o['piece_cost_s'])} beyond its collective alone (what one of "
+                      f"a stream of small all-reduces cost beside backward); parameters equal DDP's to "
+                      f"{o['max_param_diff']:.1e}")
 
 
 def render_fsdp(out: dict) -> None:

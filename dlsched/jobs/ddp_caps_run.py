@@ -46,6 +46,11 @@ ENTRY = "dlsched.jobs.ddp_caps_run"
 CALIBRATION = "calibration"
 #: the unscored slot of each round in which backward runs beside an all-reduce of the whole gradient's size
 BESIDE = "calibration-beside"
+#: the unscored slot of each round in which backward runs beside a stream of small all-reduces, one after another
+#: from a thread (the ordered all-reduce's pattern): what each collective costs beside compute beyond its time alone
+STREAM = "calibration-stream"
+#: bytes of each all-reduce of the stream: small, so that its time is the collective's latency
+STREAM_BYTES = 4096
 #: calls per size when timing the all-reduce
 ALLREDUCE_CALLS = 5
 
@@ -59,9 +64,10 @@ class DDPCapsRun:
     """What the job measured, per slot (a cap's ``bucket_cap_mb`` as text, or :data:`CALIBRATION`).
 
     ``steps[slot]`` is a ``(rounds, ranks, 5)`` array of seconds: forward + backward
-    (DDP's all-reduces inside), optimizer, whole step, forward, and (the :data:`BESIDE` slot only, else 0)
-    the all-reduce beside backward from backward's start to its end. ``allreduce`` maps bytes to
-    the median seconds of one all-reduce, per rank (``(sizes, ranks)``).
+    (DDP's all-reduces inside), optimizer, whole step, forward, and (else 0) for the :data:`BESIDE` slot the
+    all-reduce beside backward from backward's start to its end, for the :data:`STREAM` slot the mean seconds of
+    one of the stream's all-reduces. ``allreduce`` maps bytes to the median seconds of one all-reduce, per rank
+    (``(sizes, ranks)``); ``stream_alone_s``: one all-reduce of :data:`STREAM_BYTES` alone, the median over ranks.
     """
 
     caps: list[float]
@@ -71,6 +77,17 @@ class DDPCapsRun:
     workers: int
     #: bytes per second of a copy as large as the largest timed all-reduce (the median over ranks)
     copy_bps: float = 10e9
+    stream_alone_s: float = 0.0
+
+    @property
+    def collective_excess_s(self) -> float:
+        """What one collective of a stream issued one after another from a thread costs beside backward beyond
+        its time alone (the median over rounds and ranks, at least 0): on a busy CPU each one waits for its
+        threads to be scheduled (about 3 ms each beside the transformer's backward on 2 cores, against 0.4 ms
+        alone). The ordered all-reduce pays it once per piece (``HostCosts.per_piece_s``)."""
+        if STREAM not in self.steps:
+            return 0.0
+        return max(0.0, float(np.median(self.steps[STREAM][:, :, 4])) - self.stream_alone_s)
 
     def step_times(self, slot: str) -> np.ndarray:
         """The cluster's step time per measured round: the slowest rank's."""
@@ -136,6 +153,42 @@ class _Beside:
         return self.end
 
 
+class Stream(_Beside):
+    """All-reduces of ``nbytes`` one after another in a thread, on a group of their own, from :meth:`start` until
+    :meth:`join`: the ordered all-reduce's pattern beside backward. ``count``: how many ran; ``times`` keeps each
+    one's seconds."""
+
+    def __init__(self, dist, torch, nbytes: int, timeout: float):
+        super().__init__(dist, torch, nbytes, timeout)
+        import threading
+        self.stop, self.count, self.times = threading.Event(), 0, []
+
+    def _run(self) -> None:
+        try:
+            while True:
+                # every rank must issue as many: the stop flag travels in each collective's first element
+                self.buf[0] = 1.0 if self.stop.is_set() else 0.0
+                t0 = time.perf_counter()
+                self.dist.all_reduce(self.buf, group=self.group)
+                self.times.append(time.perf_counter() - t0)
+                self.count += 1
+                if self.buf[0] > 0:
+                    break
+            self.end = time.perf_counter()
+        except Exception as e:  # noqa: BLE001 - raised in the rank's thread by join()
+            self.error = e
+
+    def start(self) -> None:
+        self.stop.clear()
+        self.count = 0
+        super().start()
+
+    def join(self) -> float:
+        """When the last collective ended (``perf_counter``); raises what the thread raised."""
+        self.stop.set()
+        return super().join()
+
+
 def join_with_model(config: dict):
     """Join the job as a torchrun rank would (the launcher sets torchrun's variables; bounded by the config's
     ``timeout``), with the config's intra-op threads, and build its model in training mode: ``(module, inputs)``.
@@ -175,13 +228,16 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
         sizes = config["allreduce_bytes"]
         allreduce = [_timed_allreduce(dist, torch, n) for n in sizes]
         copy_bps = _timed_copy(dist, torch, max(sizes))
+        stream_alone = _timed_allreduce(dist, torch, STREAM_BYTES)
         beside = _Beside(dist, torch, max(sizes), config["timeout"])
-        slots = [*replicas, CALIBRATION, BESIDE]
+        stream = Stream(dist, torch, STREAM_BYTES, config["timeout"])
+        slots = [*replicas, CALIBRATION, BESIDE, STREAM]
         first = next(iter(replicas))
         records = {s: [] for s in slots}
         for r in range(config["warmup"] + config["iterations"]):
             for slot in rotation(slots, r):
-                bare = slot in (CALIBRATION, BESIDE)
+                bare = slot in (CALIBRATION, BESIDE, STREAM)
+                link = {BESIDE: beside, STREAM: stream}.get(slot)
                 ddp, opt = (replicas[first], opts[first]) if bare else (replicas[slot], opts[slot])
                 dist.barrier()
                 t0 = time.perf_counter()
@@ -189,23 +245,28 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
                 # DDP on gloo still spent a whole-model all-reduce's time in backward)
                 loss = training_loss((ddp.module if bare else ddp)(*inputs))
                 tf = time.perf_counter()
-                if slot == BESIDE:
-                    beside.start()
+                if link is not None:
+                    link.start()
                 loss.backward()  # in a DDP step its all-reduces run inside, overlapping the rest of backward
                 t1 = time.perf_counter()
-                comm = beside.join() - tf if slot == BESIDE else 0.0
+                comm = 0.0
+                if slot == BESIDE:
+                    comm = beside.join() - tf
+                elif slot == STREAM:
+                    comm = (stream.join() - tf) / max(1, stream.count)
                 opt.step()
                 opt.zero_grad(set_to_none=False)
                 t2 = time.perf_counter()
                 if r >= config["warmup"]:
                     records[slot].append((t1 - t0, t2 - t1, t2 - t0, tf - t0, comm))
         dist.barrier()
-        let_go([beside.buf], config["timeout"])  # before the rank may end (runtime/gloo_release)
+        let_go([beside.buf, stream.buf], config["timeout"])  # before the rank may end (runtime/gloo_release)
     except DlschedError:
         raise
     except Exception as e:
         raise transfer_failure(f"rank {rank}: DDP's collective failed", e) from None
-    return {"rank": rank, "records": records, "allreduce": allreduce, "copy_bps": copy_bps}
+    return {"rank": rank, "records": records, "allreduce": allreduce, "copy_bps": copy_bps,
+            "stream_alone": stream_alone}
 
 
 def run_caps(model: str, caps: list[float], *, workers: int, batch: int, threads: int, iterations: int,
@@ -228,7 +289,8 @@ def run_caps(model: str, caps: list[float], *, workers: int, batch: int, threads
                           for i in range(iterations)], dtype=float) for s in results[0]["records"]}
     return DDPCapsRun(list(caps), steps, list(allreduce_bytes),
                       np.array([res["allreduce"] for res in results], dtype=float).T, workers,
-                      float(np.median([res["copy_bps"] for res in results])))
+                      float(np.median([res["copy_bps"] for res in results])),
+                      float(np.median([res.get("stream_alone", 0.0) for res in results])))
 
 
 def main(argv=None) -> None:

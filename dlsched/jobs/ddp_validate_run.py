@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
 
 from dlsched import limits
-from dlsched.analyses.calibration import fit_contention
+from dlsched.analyses.calibration import slowest_rank_contention
 from dlsched.analyses.ddp_step import HostCosts, Network, StepResult, ordered_step
 from dlsched.analyses.validate import relative_error
 from dlsched.errors import DlschedError
@@ -160,10 +160,12 @@ class DDPValidation:
     ordered: OrderedRun | None = None
     #: (compute beside an all-reduce, all-reduce beside compute) slow-downs, fitted on the beside steps
     contention: tuple = (1.0, 1.0)
-    #: the ordered all-reduce's predicted step with the cost per piece its job measured
+    #: the ordered all-reduce's predicted step, the plan's pieces with the costs the sweep measured
     ordered_predicted: StepResult | None = None
     #: bytes per second of a gradient-sized copy, every rank at once (the hooks' divisions and copies)
     copy_bps: float = 10e9
+    #: what one collective of a stream costs beside backward beyond its time alone (``HostCosts.per_piece_s``)
+    collective_excess_s: float = 0.0
 
 
 def _check(model, workers, caps, iterations, warmup, max_work):
@@ -233,9 +235,8 @@ def run_ddp_validation(model: str, *, workers: int = 2, rate: str | None = "auto
         hosts.close()
     net, compute, optimizer, scale, contention = fitted
     ordered_predicted = None
-    if measured_ordered is not None:  # the schedule plan-ddp chose, with the hook's measured cost per piece
-        ordered_predicted = ordered_step(graph, times, plan.best_ordered.schedule.pieces, net,
-                                         replace(host, per_piece_s=measured_ordered.piece_gap_s))
+    if measured_ordered is not None:  # the schedule plan-ddp chose, with the costs the sweep measured
+        ordered_predicted = ordered_step(graph, times, plan.best_ordered.schedule.pieces, net, host)
     rows = []
     for c in plan.caps:
         measured = run.step_times(slot_name(c.bucket_cap_mb))
@@ -244,13 +245,15 @@ def run_ddp_validation(model: str, *, workers: int = 2, rate: str | None = "auto
     timed = {"bytes": list(run.allreduce_bytes), "seconds": [float(s) for s in run.allreduce_s.mean(axis=1)]}
     return DDPValidation(model, workers, batch, threads, host_info, rows, net, timed, compute, optimizer, scale,
                          iterations, time.monotonic() - t0, plan, measured_ordered, contention, ordered_predicted,
-                         run.copy_bps)
+                         run.copy_bps, run.collective_excess_s)
 
 
 def _plan(graph, oracle, run, caps, model_bytes, workers):
     """plan-ddp on what the sweep measured: the profile scaled to the calibration steps' compute, the
     optimizer's measured time, the ring fitted to the timed all-reduces, and backward and the all-reduce
-    slowing each other as in the beside steps (:func:`~dlsched.analyses.calibration.fit_contention`)."""
+    slowing each other as in the beside steps, on the rank they slow most
+    (:func:`~dlsched.analyses.calibration.slowest_rank_contention`), and each piece of the ordered all-reduce
+    charged what a stream's collective costs beside backward beyond its time alone."""
     calib, beside = run.steps[CALIBRATION], run.steps[BESIDE]
     compute = float(np.median(calib[:, :, 0].max(axis=1)))
     optimizer = float(np.median(calib[:, :, 1].max(axis=1)))
@@ -260,9 +263,9 @@ def _plan(graph, oracle, run, caps, model_bytes, workers):
         times[op.name] *= scale
     secs = run.allreduce_s.mean(axis=1)
     net = fit_ring(run.allreduce_bytes, secs, workers)
-    quiet_backward = (calib[:, :, 0] - calib[:, :, 3]).ravel()
-    f, g = fit_contention(quiet_backward, (beside[:, :, 0] - beside[:, :, 3]).ravel(), beside[:, :, 4].ravel(),
-                          float(secs[-1]))
-    host = HostCosts(run.copy_bps, optimizer / model_bytes, compute_beside_comm=f, comm_beside_compute=g)
+    f, g = slowest_rank_contention(calib[:, :, 0] - calib[:, :, 3], beside[:, :, 0] - beside[:, :, 3],
+                                   beside[:, :, 4], float(secs[-1]))
+    host = HostCosts(run.copy_bps, optimizer / model_bytes, compute_beside_comm=f, comm_beside_compute=g,
+                     per_piece_s=run.collective_excess_s)
     plan = plan_ddp(graph, times, net, caps=caps, host=host)
     return plan, (net, compute, optimizer, scale, (f, g)), (times, host)
