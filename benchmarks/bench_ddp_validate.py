@@ -98,7 +98,7 @@ def summarise(parts: dict) -> dict:
         out[part] = {"rate": runs[0]["hosts"]["rate"], "cpu": runs[0]["cpu"],
                      "ordered": {k: _spread([o[k] for o in ordered]) for k in
                                  ("measured_gain", "predicted_gain", "gain_error", "measured_ddp", "measured_ordered",
-                                  "S", "max_param_diff")} if ordered else None,
+                                  "S", "max_param_diff", "pieces", "piece_cost_s")} if ordered else None,
                      # runs from before the hook's records were kept have none
                      "link_check": {k: _spread([o["link_check"][k] for o in ordered]) for k in
                                     ("link_per_step", "simulated_link_per_step", "wait_per_step")}
@@ -149,10 +149,11 @@ def report() -> None:
             for r in s["recommended"]), ""]
         o = s["ordered"]
         if o:
-            g = lambda d, sign="": f"{d['median']:{sign}.3f} ({d['min']:{sign}.3f}…{d['max']:{sign}.3f})"
+            g = lambda d, sign="", f=".3f": f"{d['median']:{sign}{f}} ({d['min']:{sign}{f}}…{d['max']:{sign}{f}})"
             lines += [f"Ordered all-reduce against DDP at that cap: measured gain {g(o['measured_gain'])}, predicted "
                       f"{g(o['predicted_gain'])}, error {g(o['gain_error'], '+')}; S {g(o['S'])}; parameters equal "
-                      f"DDP's to {o['max_param_diff']['max']:.1e}.", ""]
+                      f"DDP's to {o['max_param_diff']['max']:.1e}. Pieces {g(o['pieces'], f='.0f')}, each charged "
+                      f"{g(o['piece_cost_s'], f='.4f')} s beyond its collective alone (the stream step).", ""]
             c = s.get("link_check")
             if c:
                 lines += [f"Its all-reduces on one clock, per step: from the last rank's issue to the first landing "

@@ -216,8 +216,8 @@ def run_ddp_validation(model: str, *, workers: int = 2, rate: str | None = "auto
     try:
         say(f"hosts: {hosts.note}")
         say(f"running DDP at its default and at caps {', '.join(f'{c:g}' for c in caps)} MiB, interleaved one "
-            f"step each with two calibration steps (alone, and beside an all-reduce): {warmup} + {iterations} rounds of "
-            f"{len(slots) + 2}")
+            f"step each with three calibration steps (alone, beside an all-reduce, beside a stream of small ones): "
+            f"{warmup} + {iterations} rounds of {len(slots) + 3}")
         run = run_caps(model, slots, workers=workers, batch=batch, threads=threads, iterations=iterations,
                        warmup=warmup, allreduce_bytes=allreduce_sizes(model_bytes), timeout=timeout, hosts=hosts)
         host_info = {"kind": hosts.kind, "rate": hosts.rate, "note": hosts.note}
