@@ -122,9 +122,10 @@ class HostCosts:
     is in flight, and an all-reduce while compute runs (a CPU collective's reductions and socket copies share
     the cores with backward; 1: no contention). Measured by ``validate --dp ddp`` (DESIGN §4.8).
 
-    ``per_piece_s``: what the ordered all-reduce's communication thread spends per piece besides the
-    collective (a hand-off, gathering the piece, the updates it completes), charged on the link before
-    each piece; measured in the ordered job (:mod:`dlsched.jobs.ordered_run`).
+    ``per_piece_s``: what one of the ordered all-reduce's collectives, issued by its thread, costs beside
+    compute beyond its time alone (on a busy CPU its threads wait to be scheduled), charged on the link before
+    each piece; measured by ``validate --dp ddp``'s stream step
+    (:attr:`dlsched.jobs.ddp_caps_run.DDPCapsRun.collective_excess_s`).
 
     ``per_hook_s``: what FSDP2's own hooks (pre- and post-forward, pre- and post-backward of each unit) cost
     the training thread besides collectives and copies; measured on a one-process group by
