@@ -20,8 +20,9 @@ medians of ``REPEATS`` jobs.
 
 Measured (2026-11-27, Intel Xeon): ×1.22 beside the large one and ×1.21 beside
 13 small ones, so the collectives' number does not change what they cost
-backward; what slows the ordered all-reduce's compute beyond it is the hook's
-own work (``docs/validate-ddp.md``).
+backward. What the ordered all-reduce's step lost beyond it was the slowest
+rank's slow-down and each small collective's wait for its threads, which
+``validate --dp ddp`` now measures (``docs/validate-ddp.md``).
 
 Needs root; one run under ``flock /tmp/dlsched-heavy.lock``. Writes
 ``benchmarks/results/contention_size.md``/``.json``. The rank entry point:

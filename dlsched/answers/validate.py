@@ -344,7 +344,7 @@ def _ordered_report(v: DDPValidation) -> dict | None:
     o, plan = v.ordered, v.plan
     ddp, ordered = float(np.mean(o.periods["ddp"])), float(np.mean(o.periods["ordered"]))
     gain = ddp / ordered
-    step = v.ordered_predicted or plan.best_ordered.step
+    step = plan.best_ordered.step  # the plan's schedule with the costs the sweep measured
     predicted = plan.recommended.step.step_s / step.step_s
     return {"bucket_cap_mb": plan.recommended.bucket_cap_mb, "piece_bytes": plan.best_ordered.piece_bytes,
             "pieces": len(plan.best_ordered.schedule.pieces), "block": o.block, "blocks": len(o.periods["ddp"]),

@@ -290,7 +290,7 @@ def run_caps(model: str, caps: list[float], *, workers: int, batch: int, threads
     return DDPCapsRun(list(caps), steps, list(allreduce_bytes),
                       np.array([res["allreduce"] for res in results], dtype=float).T, workers,
                       float(np.median([res["copy_bps"] for res in results])),
-                      float(np.median([res.get("stream_alone", 0.0) for res in results])))
+                      float(np.median([res["stream_alone"] for res in results])))
 
 
 def main(argv=None) -> None:

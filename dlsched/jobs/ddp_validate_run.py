@@ -36,7 +36,7 @@ import numpy as np
 
 from dlsched import limits
 from dlsched.analyses.calibration import slowest_rank_contention
-from dlsched.analyses.ddp_step import HostCosts, Network, StepResult, ordered_step
+from dlsched.analyses.ddp_step import HostCosts, Network
 from dlsched.analyses.validate import relative_error
 from dlsched.errors import DlschedError
 from dlsched.importers.loader import detect_format, load_model
@@ -160,8 +160,6 @@ class DDPValidation:
     ordered: OrderedRun | None = None
     #: (compute beside an all-reduce, all-reduce beside compute) slow-downs, fitted on the beside steps
     contention: tuple = (1.0, 1.0)
-    #: the ordered all-reduce's predicted step, the plan's pieces with the costs the sweep measured
-    ordered_predicted: StepResult | None = None
     #: bytes per second of a gradient-sized copy, every rank at once (the hooks' divisions and copies)
     copy_bps: float = 10e9
     #: what one collective of a stream costs beside backward beyond its time alone (``HostCosts.per_piece_s``)
@@ -221,7 +219,7 @@ def run_ddp_validation(model: str, *, workers: int = 2, rate: str | None = "auto
         run = run_caps(model, slots, workers=workers, batch=batch, threads=threads, iterations=iterations,
                        warmup=warmup, allreduce_bytes=allreduce_sizes(model_bytes), timeout=timeout, hosts=hosts)
         host_info = {"kind": hosts.kind, "rate": hosts.rate, "note": hosts.note}
-        plan, fitted, (times, host) = _plan(graph, oracle, run, caps, model_bytes, workers)
+        plan, fitted = _plan(graph, oracle, run, caps, model_bytes, workers)
         measured_ordered = None
         if ordered:
             say(f"running stock DDP (bucket_cap_mb={plan.recommended.label}) against the ordered all-reduce "
@@ -234,9 +232,6 @@ def run_ddp_validation(model: str, *, workers: int = 2, rate: str | None = "auto
     finally:
         hosts.close()
     net, compute, optimizer, scale, contention = fitted
-    ordered_predicted = None
-    if measured_ordered is not None:  # the schedule plan-ddp chose, with the costs the sweep measured
-        ordered_predicted = ordered_step(graph, times, plan.best_ordered.schedule.pieces, net, host)
     rows = []
     for c in plan.caps:
         measured = run.step_times(slot_name(c.bucket_cap_mb))
@@ -244,7 +239,7 @@ def run_ddp_validation(model: str, *, workers: int = 2, rate: str | None = "auto
                            float(np.percentile(measured, 95)), c.step.step_s, c.step.figures()))
     timed = {"bytes": list(run.allreduce_bytes), "seconds": [float(s) for s in run.allreduce_s.mean(axis=1)]}
     return DDPValidation(model, workers, batch, threads, host_info, rows, net, timed, compute, optimizer, scale,
-                         iterations, time.monotonic() - t0, plan, measured_ordered, contention, ordered_predicted,
+                         iterations, time.monotonic() - t0, plan, measured_ordered, contention,
                          run.copy_bps, run.collective_excess_s)
 
 
@@ -268,4 +263,4 @@ def _plan(graph, oracle, run, caps, model_bytes, workers):
     host = HostCosts(run.copy_bps, optimizer / model_bytes, compute_beside_comm=f, comm_beside_compute=g,
                      per_piece_s=run.collective_excess_s)
     plan = plan_ddp(graph, times, net, caps=caps, host=host)
-    return plan, (net, compute, optimizer, scale, (f, g)), (times, host)
+    return plan, (net, compute, optimizer, scale, (f, g))
