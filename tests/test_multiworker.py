@@ -183,7 +183,7 @@ def test_golden_long_runs_are_reproduced_exactly():
 
 # -- an exact reference simulator ---------------------------------------------------
 
-def reference_workers(sg, durs, ranks, turn, sharing, overlap=1):
+def reference_workers(sg, durs, ranks, turn, sharing, overlap=1, crowd=None):
     """Decision-point simulation of ``W`` workers straight from the model, in exact arithmetic.
 
     At each instant: the ops with no work left end and release their
@@ -194,7 +194,8 @@ def reference_workers(sg, durs, ranks, turn, sharing, overlap=1):
     the ``m`` transfers in flight on a link each progressing at rate ``1/m``.
     Durations are taken as exact fractions, so no rounding decides a tie.
     A compute op that starts while its worker has a transfer on a link (one
-    started at the same instant included) takes ``overlap`` times its time.
+    started at the same instant included) takes ``overlap`` times its time,
+    and one that starts while ``k`` workers compute (likewise) ``crowd[k - 1]`` times on top.
     """
     from fractions import Fraction
 
@@ -233,14 +234,21 @@ def reference_workers(sg, durs, ranks, turn, sharing, overlap=1):
         by_queue = {}
         for op in waiting:
             by_queue.setdefault(queue(op), []).append(op)
-        for q, ops in sorted(by_queue.items(), key=lambda item: item[0][0] != "link"):
+        new = []
+        for q, ops in by_queue.items():
             if q not in running:
                 op = min(ops, key=key)
                 waiting.discard(op)
-                d = Fraction(durs[op[0]][op[1]])
-                if q[0] == "compute" and any(p[0] == "link" and o[0] == op[0] for p, o in running.items()):
-                    d *= Fraction(overlap)
-                running[q], left[op], start[op] = op, d, t
+                running[q], start[op] = op, t
+                new.append((q, op))
+        computing = {o[0] for p, o in running.items() if p[0] == "compute"}
+        for q, op in new:
+            d = Fraction(durs[op[0]][op[1]])
+            if q[0] == "compute" and any(p[0] == "link" and o[0] == op[0] for p, o in running.items()):
+                d *= Fraction(overlap)
+            if q[0] == "compute" and crowd is not None:
+                d *= Fraction(crowd[len(computing) - 1])
+            left[op] = d
         if any(left[op] == 0 for op in running.values()):
             continue  # zero-time ops end at this instant, before time moves on
         assert running, "stalled"
@@ -308,6 +316,19 @@ def test_compute_beside_transfers_slows_as_the_reference(gt, data, seed, overlap
     sg, durs, ranks, turn = core_inputs(gt, workers, seed, integer=True, zero=0.0)
     got = multiworker.run_workers(sg, durs, ranks, turn, sharing, overlap=overlap)
     assert got == reference_workers(sg, durs, ranks, turn, sharing, overlap)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_dags, st.data(), st.integers(0, 10**6), st.sampled_from([1.0, 1.5]), st.sampled_from([0.5, 0.75]))
+def test_crowded_compute_runs_as_the_reference(gt, data, seed, overlap, alone):
+    """Compute that starts while ``k`` workers compute takes ``crowd[k − 1]`` times its time (on top of
+    ``overlap`` beside transfers): the simulator agrees with the exact reference to the bit."""
+    sharing = data.draw(st.sampled_from(["serial", "fair"]))
+    workers = data.draw(st.integers(1, 4 if sharing == "serial" else 2))
+    sg, durs, ranks, turn = core_inputs(gt, workers, seed, integer=True, zero=0.0)
+    crowd = [alone] * (workers - 1) + [1.0]  # binary fractions: the products stay exact
+    got = multiworker.run_workers(sg, durs, ranks, turn, sharing, overlap=overlap, crowd=crowd)
+    assert got == reference_workers(sg, durs, ranks, turn, sharing, overlap, crowd)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])

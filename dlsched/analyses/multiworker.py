@@ -48,7 +48,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -129,8 +129,8 @@ _DONE = -1.0  # due time of a finished op: no event time equals it
 
 
 def run_workers(sg: SimGraph, durs: list[list[float]], ranks: list[list[int]], turn: list[int],
-                 sharing: str, progress: Callable[[int], None] | None = None, overlap: float = 1.0
-                 ) -> tuple[list[list[float]], list[list[float]]]:
+                 sharing: str, progress: Callable[[int], None] | None = None, overlap: float = 1.0,
+                 crowd: Sequence[float] | None = None) -> tuple[list[list[float]], list[list[float]]]:
     """Simulate one iteration of ``len(durs)`` workers sharing the links: the simulator's event loop.
 
     This is the one statement of the event loop's semantics (DESIGN §4.6): the
@@ -167,6 +167,12 @@ def run_workers(sg: SimGraph, durs: list[list[float]], ranks: list[list[int]], t
         :func:`dlsched.analyses.calibration.calibrate_compute`; 1 = free).
         The rate is fixed at the op's start, which is exact for ops that are
         short against the transfers.
+    crowd : sequence of float, optional
+        A compute op that starts while ``k`` workers compute (itself and ops
+        starting at the same moment included) takes ``crowd[k − 1]`` times its
+        time: workers that share a few cores with each other and other load
+        run slower together than alone
+        (:func:`dlsched.analyses.calibration.crowd_factors`; None = all 1).
 
     Returns
     -------
@@ -222,14 +228,15 @@ def run_workers(sg: SimGraph, durs: list[list[float]], ranks: list[list[int]], t
     end = [[0.0] * n for _ in range(W)]
     due = [_DONE] * (W * n)  # latest predicted end of each running op; events that disagree are stale
     inflight = [0] * W  # transfers of each worker now on a link
+    computing = [0] * W  # compute ops of each worker now running
+    crowded = crowd is not None and any(c != 1.0 for c in crowd)
     events: list[tuple[float, int]] = []
     push, pop = heapq.heappush, heapq.heappop
 
     def dispatch(t: float, touched: list[int], changed: list[LinkPolicy]) -> None:
         """Start the next op on every idle queue in ``touched``, then push the new
         predicted ends of every link in ``changed`` or started on."""
-        if overlap != 1.0:  # transfers first, so a compute op starting beside one sees it
-            touched.sort(key=lambda q: owner[q] is None)
+        started = []
         for q in touched:
             if busy[q] or not ready[q]:
                 continue
@@ -237,13 +244,20 @@ def run_workers(sg: SimGraph, durs: list[list[float]], ranks: list[list[int]], t
             busy[q] = True
             w, i = divmod(g, n)
             start[w][i] = t
+            if owner[q] is None:
+                computing[w] += 1
+            else:
+                inflight[w] += 1
+            started.append((q, g, w, i))
+        k = sum(1 for c in computing if c) if crowded else 0
+        for q, g, w, i in started:  # after every start, so that ops starting together see each other
             link = owner[q]
             if link is None:
-                due[g] = e = t + (durs[w][i] * overlap if inflight[w] else durs[w][i])
+                d = durs[w][i] * overlap if inflight[w] else durs[w][i]
+                due[g] = e = t + (d * crowd[k - 1] if crowded else d)
                 push(events, (e, g))
             else:
                 link.admit(t, g, durs[w][i])
-                inflight[w] += 1
                 changed.append(link)
         for link in dict.fromkeys(changed):  # once per link, after all of this round's changes
             for e, g in link.ends(t):
@@ -288,6 +302,8 @@ def run_workers(sg: SimGraph, durs: list[list[float]], ranks: list[list[int]], t
                 link.finish(t, g)
                 inflight[w] -= 1
                 changed.append(link)  # the others on the link may speed up
+            else:
+                computing[w] -= 1
             rem, rw, tw, base = remaining[w], ranks[w], turn[w], w * n
             for j in succ[i]:
                 rem[j] -= 1

@@ -124,11 +124,12 @@ def send_places(orders: Iterable[Sequence[str]]) -> dict[str, int]:
 
 
 def replay_iteration(graph: Graph, times: Mapping[str, float], priorities: Sequence[Mapping[str, int]],
-                     sharing: str, overlap: float = 1.0) -> list[float]:
+                     sharing: str, overlap: float = 1.0, crowd: Sequence[float] | None = None) -> list[float]:
     """Simulate one iteration in which worker ``w`` enforces ``priorities[w]``; returns each worker's makespan.
 
     ``overlap``: compute beside the worker's own transfers runs that many times
-    slower (see :func:`~dlsched.analyses.multiworker.run_workers`).
+    slower; ``crowd``: compute while ``k`` workers compute at once runs
+    ``crowd[k − 1]`` times its time (see :func:`~dlsched.analyses.multiworker.run_workers`).
 
     Examples
     --------
@@ -144,7 +145,8 @@ def replay_iteration(graph: Graph, times: Mapping[str, float], priorities: Seque
 
     sg = compile_graph(graph, times)
     ranks = [transfer_ranks(sg, p, 0, "canonical") for p in priorities]
-    _, end = run_workers(sg, [sg.dur] * len(ranks), ranks, list(range(len(ranks))), sharing, overlap=overlap)
+    _, end = run_workers(sg, [sg.dur] * len(ranks), ranks, list(range(len(ranks))), sharing, overlap=overlap,
+                         crowd=crowd)
     return [max(e, default=0.0) for e in end]
 
 
@@ -159,8 +161,8 @@ class Predicted:
 def predict_iterations(graph: Graph, times: Mapping[str, float], workers: int,
                        priorities: Mapping[str, int] | None, iterations: int, sharing: str,
                        compute_factors: Sequence[Sequence[float]] = ((1.0,),), seed: int = 0,
-                       overlap: float = 1.0, sent: Sequence[Sequence[Mapping[str, int]]] | None = None
-                       ) -> Predicted:
+                       overlap: float = 1.0, sent: Sequence[Sequence[Mapping[str, int]]] | None = None,
+                       crowd: Sequence[float] | None = None) -> Predicted:
     """Simulate ``iterations`` synchronous iterations in which each worker's compute is scaled per iteration.
 
     ``compute_factors`` holds rows, one per measured iteration, of each
@@ -176,7 +178,8 @@ def predict_iterations(graph: Graph, times: Mapping[str, float], workers: int,
     runs the orders of ``sent[i mod len(sent)]``: a run's 20 unordered
     iterations are 20 draws of the permutations, and their luck is then the
     prediction's too. Compute beside the worker's own transfers runs
-    ``overlap`` times slower. ``per_iteration`` also holds what each
+    ``overlap`` times slower, and compute while ``k`` workers compute at
+    once ``crowd[k − 1]`` times. ``per_iteration`` also holds what each
     iteration drew: ``row`` (of ``compute_factors``) and ``pair`` (of
     ``sent``, or −1), for :func:`ratio_intervals`.
 
@@ -210,7 +213,7 @@ def predict_iterations(graph: Graph, times: Mapping[str, float], workers: int,
                  [fixed if fixed is not None else transfer_ranks(sg, None, int(rng.integers(2 ** 31)), "random")
                   for _ in range(workers)])
         _, end = run_workers(sg, durs, ranks, [(w - it) % workers for w in range(workers)], sharing,
-                              overlap=overlap)
+                              overlap=overlap, crowd=crowd)
         spans = [max(e, default=0.0) for e in end]
         slow = max(spans)
         rows.append({"iteration": it, "iteration_time": slow,
@@ -509,7 +512,8 @@ def calibration_check(unordered: Sequence[float], tic: Sequence[float], target: 
     less the measured one, what the scored ``ratio_error`` of an enforced
     order would be if the scored iterations ran as these did. Beside a busy
     loop it followed the scored TAC error (the simulator predicted both TIC
-    and TAC 3–8% fast); ``beyond_target`` says when it is outside ±``target``.
+    and TAC 3–8% fast, before the workers' crowding on shared cores was
+    modelled); ``beyond_target`` says when it is outside ±``target``.
 
     Examples
     --------
