@@ -39,3 +39,34 @@ def load_average() -> float:
 def load_averages() -> str:
     """The 1, 5 and 15-minute load averages as printed by ``uptime``: ``"1.25 2.18 2.57"``."""
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def cores() -> int:
+    """The cores this process may run on (its affinity; the CPU count where there is none)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def busy_cores(seconds: float = 1.0) -> float:
+    """How many cores' worth of CPU the machine spent over ``seconds`` (from ``/proc/stat``; 0 without it).
+
+    Taken before a job starts, it is the load the job will share its cores
+    with: a busy loop beside it reads about 1, a quiet machine about 0.
+    """
+    import time
+
+    def snap() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return sum(v), v[3] + v[4]  # all jiffies, idle + iowait
+
+    try:
+        total0, idle0 = snap()
+        time.sleep(seconds)
+        total1, idle1 = snap()
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    spent = total1 - total0
+    return max(0.0, 1.0 - (idle1 - idle0) / spent) * (os.cpu_count() or 1) if spent > 0 else 0.0

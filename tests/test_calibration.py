@@ -1,4 +1,5 @@
 """The cluster's compute calibration (``dlsched.analyses.calibration``): property-based over random records."""
+import os
 import statistics
 
 import pytest
@@ -70,6 +71,53 @@ def test_split_cuts_busy_time_in_two(start, cs, length, arrivals, stalls, sends)
     assert beside + quiet == pytest.approx(busy, abs=1e-9)
     if not sends and max(arrivals) <= cs:  # every parameter in before compute starts: nothing beside
         assert beside == pytest.approx(0.0, abs=1e-9)
+
+
+@settings(max_examples=100, deadline=None)
+@given(start=st.floats(0.0, 1.0), cs=st.floats(0.0, 1.0), length=st.floats(0.01, 2.0),
+       arrivals=st.lists(st.floats(0.0, 3.0), min_size=1, max_size=6),
+       stalls=st.lists(st.tuples(st.floats(0.0, 3.0), st.floats(0.0, 0.5)), max_size=4),
+       other=st.tuples(st.floats(0.0, 2.0), st.floats(0.01, 2.0)), alone=st.floats(0.3, 1.0))
+def test_crowded_split_counts_each_second_at_the_pace_of_all_computing(start, cs, length, arrivals, stalls, other,
+                                                                        alone):
+    """Seconds with this worker computing alone count 1/``alone`` times, those beside the other worker once: the
+    two parts still add up so, and with every factor 1 the split is the plain one."""
+    r = IterationRecord(0, 0, start, start + cs, start + cs + length + 1.0,
+                        arrivals={f"p{i}": start + t for i, t in enumerate(arrivals)},
+                        compute_end=start + cs + length, stalls=[[a, a + d] for a, d in stalls])
+    o = IterationRecord(0, 1, start, start + other[0], start + other[0] + other[1] + 1.0,
+                        arrivals={"p0": start}, compute_end=start + other[0] + other[1])
+    assert compute_split(r, [r, o], [1.0, 1.0]) == pytest.approx(compute_split(r), abs=1e-12)
+    both = sum(max(0.0, min(b, y) - max(a, x)) for a, b in compute_spans(r) for x, y in compute_spans(o))
+    busy = sum(b - a for a, b in compute_spans(r))
+    assert sum(compute_split(r, [r, o], [alone, 1.0])) == pytest.approx(both + (busy - both) / alone, abs=1e-9)
+
+
+@settings(max_examples=200, deadline=None)
+@given(workers=st.integers(1, 8), cores=st.integers(1, 16), background=st.floats(0.0, 8.0), threads=st.integers(1, 4))
+def test_crowd_factors_are_one_with_all_computing_and_grow_with_the_crowd(workers, cores, background, threads):
+    from dlsched.analyses.calibration import crowd_factors
+    c = crowd_factors(workers, cores, background, threads)
+    assert len(c) == workers and c[-1] == 1.0
+    assert all(0.0 < x <= y <= 1.0 for x, y in zip(c, c[1:]))
+    if workers * threads + background <= cores:  # room for every thread: nobody waits for a core
+        assert c == [1.0] * workers
+
+
+def test_busy_cores_sees_a_busy_loop():
+    """A real spinning process beside the measurement reads as most of a core (more on a loaded machine)."""
+    import subprocess
+    import sys
+
+    from dlsched.machine import busy_cores
+    spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        import time
+        time.sleep(0.3)
+        assert 0.6 <= busy_cores(0.5) <= (os.cpu_count() or 1) + 0.01
+    finally:
+        spin.kill()
+        spin.wait()
 
 
 def _overlapped(q: float, a: float, f: float, g: float) -> tuple[float, float]:
