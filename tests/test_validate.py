@@ -288,7 +288,8 @@ def _report_out(orders: dict, worst_ratio_error: float) -> dict:
         "model": "m", "mode": "inference", "workers": 2, "servers": 1, "batch": 8, "hosts": {"note": "netns"},
         "cpu": "x", "sharing": "fair", "bounds": {"upper": 1.0, "lower": 0.5, "speedup": 2.0},
         "oracle": {"compute_per_worker_s": 0.1, "compute": "c", "compute_beside_transfers": "f",
-                   "bandwidth_bytes_per_s": 12.5e6, "latency_s": 1e-4, "transfers": "t"},
+                   "compute_crowding": "1.00 cores' worth of other load", "bandwidth_bytes_per_s": 12.5e6,
+                   "latency_s": 1e-4, "transfers": "t"},
         "ratio_interval": {"level": 0.95, "resamples": 2000, "target": 0.05},
         "orders": {"random": _report_row(1.0, measured_ratio=1.0, predicted_ratio=1.0, ratio_error=0.0), **orders},
         "link_models": {"fair": {"max_abs_mean_error": 0.0, "mean_abs_mean_error": 0.0,
@@ -314,6 +315,7 @@ def test_render_shows_the_intervals_and_the_verdict(monkeypatch, verdict, phrase
     assert (f"tac/random: predicted 1.748, measured 1.613, error +0.135 (95% interval +0.07 … +0.20): {phrase}"
             in text.splitlines())
     assert not any(line.startswith("random/random") for line in text.splitlines())
+    assert "compute crowding" in text and "1.00 cores' worth of other load" in text
 
 
 @pytest.mark.parametrize("tic, warned", [(0.94, True), (0.99, False)])
@@ -371,6 +373,8 @@ def test_small_real_cluster_predicted_within_30_percent(tmp_path):
     assert len(tac["predicted_ratio_ci"]) == len(tac["ratio_error_ci"]) == 2
     assert tac["ratio_verdict"] in ("within", "outside", "undecided") and "ratio_error_ci" not in d["orders"]["random"]
     assert 0.9 * 12.5e6 <= d["oracle"]["bandwidth_bytes_per_s"] <= 1.1 * 12.5e6
+    crowd = d["oracle"]["crowd"]  # what 1 or 2 workers computing at once make of an op, from the load measured
+    assert len(crowd) == 2 and crowd[1] == 1.0 and 0 < crowd[0] <= 1.0 and d["oracle"]["background_cores"] >= 0
     c = d["calibration_check"]  # the calibrated simulator on the job's own unscored calibration iterations
     for k in ("unordered", "tic"):
         assert c[k]["measured"] > 0 and c[k]["predicted"] > 0 and abs(c[k]["error"]) <= 0.30, c

@@ -121,6 +121,7 @@ def render(out: dict) -> None:
         [("hosts", out["hosts"]["note"]), ("CPU", out["cpu"]),
          ("oracle: compute", f"{fmt_seconds(o['compute_per_worker_s'])} per worker; {o['compute']}"),
          ("oracle: compute beside transfers", o["compute_beside_transfers"]),
+         *([("oracle: compute crowding", o["compute_crowding"])] if "compute_crowding" in o else []),
          ("oracle: transfers", f"{o['bandwidth_bytes_per_s'] * 8 / 1e6:.0f} Mbit/s, latency "
                                f"{fmt_seconds(o['latency_s'])}; {o['transfers']}"),
          ("bounds U_W / L_W / S", f"{fmt_seconds(out['bounds']['upper'])} / {fmt_seconds(out['bounds']['lower'])}"

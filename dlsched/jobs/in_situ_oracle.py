@@ -16,7 +16,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from dlsched.analyses.calibration import calibrate_compute, compute_split
+from dlsched.analyses.calibration import calibrate_compute, compute_split, crowd_factors
 from dlsched.profiling.oracle import build_oracle
 from dlsched.profiling.oracle_times import oracle_times
 
@@ -39,6 +39,11 @@ class InSituOracle:
     factors: dict = field(default_factory=lambda: {"unordered": [[1.0]], "enforced": [[1.0]]})
     overlap: float = 1.0
     fitted: bool = False
+    #: cores' worth of other load measured before the job, the cores, and what it makes of a step's ops with
+    #: ``k`` workers computing at once (:func:`~dlsched.analyses.calibration.crowd_factors`)
+    background: float = 0.0
+    cores: int = 1
+    crowd: list | None = None
     scale: float = 1.0
     #: link model -> ``{"unordered": (measured, predicted), "tic": (...)}``: mean times of the calibration
     #: iterations, measured and simulated with the calibrated oracle (:func:`~dlsched.analyses.validate.calibration_check`)
@@ -51,11 +56,16 @@ class InSituOracle:
         self.compute *= scale
         self.scale *= scale
 
+    def crowded(self, workers: int, cores: int, background: float) -> None:
+        """Share ``cores`` with ``background`` cores' worth of other load (set before :meth:`calibrate`)."""
+        self.cores, self.background = cores, background
+        self.crowd = crowd_factors(workers, cores, background, self.threads)
+
     def calibrate(self, unordered: Sequence[Sequence], enforced: Sequence[Sequence]) -> None:
         """Set level, slow-down beside transfers and step factors from the calibration iterations' records
         (each a list of one iteration's workers' records; :func:`~dlsched.analyses.calibration.calibrate_compute`)."""
         groups = [*unordered, *enforced]
-        fit = calibrate_compute([compute_split(r) for g in groups for r in g], self.compute)
+        fit = calibrate_compute([compute_split(r, g, self.crowd) for g in groups for r in g], self.compute)
         self.rescale(fit.level)
         self.overlap, self.fitted = fit.overlap, fit.identified
         it = iter(fit.factors)
@@ -73,6 +83,11 @@ class InSituOracle:
                     "fitted on the same iterations, each worker's compute beside its own transfers against its "
                     "compute with the link quiet" if self.fitted else
                     "not fitted: the calibration iterations computed too little beside their transfers"),
+                "compute_crowding": (f"{self.background:.2f} cores' worth of other load on {self.cores} cores before "
+                                     "the job: with k workers computing at once an op takes x"
+                                     + "/".join(f"{c:.3f}" for c in self.crowd or [1.0])
+                                     + " (k = 1, 2, ...) of its time with all computing, as profiled"),
+                "background_cores": self.background, "crowd": list(self.crowd or []),
                 "transfers": "latency + bytes / bandwidth measured with gloo over the cluster's link (bandwidth: "
                              "transfers of 1-16 MB; latency: half a 4 KB round trip)",
                 "compute_per_worker_s": self.compute, "transfer_bytes_per_worker": self.transfer_bytes,

@@ -49,6 +49,7 @@ from dlsched.analyses.validate import (measured_iterations, observed_priorities,
 from dlsched.errors import DlschedError
 from dlsched.hooks.torch_ps import launch_local
 from dlsched.importers.loader import detect_format, load_model
+from dlsched.machine import busy_cores, cores
 from dlsched.profiling.link import measure_link
 from dlsched.profiling.network import LinkMeasurement
 from dlsched.runtime import netns
@@ -156,7 +157,10 @@ def run_orders(model: str, graph, oracle: InSituOracle, hosts: Hosts, orders: Se
     one in TIC order. Their records set the oracle's compute
     (:meth:`InSituOracle.calibrate`): its level with the link quiet, how much
     slower it runs beside the worker's own transfers (under TIC about half a
-    step does, unordered little), and each worker's step over the median step.
+    step does, unordered little), and each worker's step over the median step,
+    each busy second counted at the pace of all workers computing at once
+    (``oracle.crowd``: on shared cores beside other load, a worker computing
+    alone runs faster than two at once).
     The calibrated simulator then runs the calibration iterations themselves
     (``oracle.check``): fitted to their busy time, it need not reproduce their
     iteration times, and beside a busy loop it predicted the TIC ones 3–8%
@@ -204,7 +208,8 @@ def run_orders(model: str, graph, oracle: InSituOracle, hosts: Hosts, orders: Se
         ``iterations_run`` sent), its workers' factors drawn from calibration iterations of its kind."""
         kind, sent = ("unordered", sent_priorities(cfg, iterations_run)) if priorities is None else ("enforced", None)
         return {s: predict_iterations(graph, oracle.times, workers, priorities, max(iterations, PREDICTED_ITERATIONS),
-                                      s, oracle.factors[kind], seed, overlap=oracle.overlap, sent=sent)
+                                      s, oracle.factors[kind], seed, overlap=oracle.overlap, sent=sent,
+                                      crowd=oracle.crowd)
                 for s in sharings}
 
     cal = [slot(name).iterations for name in CALIBRATION]
@@ -217,7 +222,8 @@ def run_orders(model: str, graph, oracle: InSituOracle, hosts: Hosts, orders: Se
         timeline = slot(name)
         predicted = predict(prios[name], timeline.iterations)
         sent = {it: [observed_priorities(r) for r in rs] for it, rs in timeline.by_iteration().items()}
-        replayed = {s: [max(replay_iteration(graph, oracle.times, sent[it], s, overlap=oracle.overlap))
+        replayed = {s: [max(replay_iteration(graph, oracle.times, sent[it], s, overlap=oracle.overlap,
+                                             crowd=oracle.crowd))
                         for it in timeline.iterations] for s in sharings}
         out[name] = OrderRun(name, prios[name], timeline, [spans[it] for it in timeline.iterations], predicted,
                              replayed)
@@ -299,6 +305,8 @@ def run_validation(model: str, *, workers: int = 2, servers: int = 1, rate: str 
                            "(path/file.py:fn or package.module:fn)")
     t0 = time.monotonic()
     graph = load_model(model, mode=mode, batch=batch, ps=servers)
+    say("measuring the machine's other load")
+    background = busy_cores(1.0)  # before any process of ours computes
     hosts = None
     try:
         if rate == "auto" and (network == "localhost" or not netns.available()):
@@ -316,6 +324,7 @@ def run_validation(model: str, *, workers: int = 2, servers: int = 1, rate: str 
         say("profiling compute beside the other workers")
         with cluster_load(model, mode, batch, threads, workers):
             oracle = in_situ_oracle(model, graph, link, threads, runs=ORACLE_RUNS)
+        oracle.crowded(workers, cores(), background)
         say(f"running the orders interleaved, one iteration each in turn with two unscored calibration "
             f"iterations, their order balanced across rounds: {warmup} + {iterations} rounds of "
             f"{len(orders) + len(CALIBRATION)}")
