@@ -118,6 +118,18 @@ def summarise(parts: dict) -> dict:
     return out
 
 
+def _pick_on_medians(s: dict) -> str:
+    """The pick against the best cap on the table's medians, and the median of the repeats' own losses."""
+    picks = [r["label"] for r in s["recommended"]]
+    pick = max(dict.fromkeys(picks), key=picks.count)
+    med = {lab: c["measured_mean"]["median"] for lab, c in s["caps"].items()}
+    best = min(med, key=med.get)
+    losses = sorted(r["measured_loss_vs_best"] for r in s["recommended"])
+    return (f"On the medians: the pick ({pick}, {picks.count(pick)} of {len(picks)} repeats) measures "
+            f"{(med[pick] / med[best] - 1) * 100:+.1f}% against the best median ({best}); the median of the "
+            f"repeats' own losses is {losses[len(losses) // 2] * 100:+.1f}%.")
+
+
 def report() -> None:
     from dlsched.atomic import atomic_write_text
     summary = summarise(_load_parts())
@@ -146,7 +158,7 @@ def report() -> None:
                           "divisions and copies).".format(*(c[x] / 1e9 for x in ("median", "min", "max"))))
         lines += ["", "plan-ddp's pick per repeat: " + "; ".join(
             f"{r['label']} ({r['bound']}), {r['measured_loss_vs_best'] * 100:+.1f}% vs best {r['best_measured']}"
-            for r in s["recommended"]), ""]
+            for r in s["recommended"]) + ". " + _pick_on_medians(s), ""]
         o = s["ordered"]
         if o:
             g = lambda d, sign="", f=".3f": f"{d['median']:{sign}{f}} ({d['min']:{sign}{f}}…{d['max']:{sign}{f}})"
