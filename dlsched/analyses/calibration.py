@@ -26,6 +26,8 @@ import numpy as np
 
 from dlsched.timeline import compute_spans
 
+from . import intervals as iv
+
 #: Least spread (standard deviation) of the compute beside transfers, as a share of the
 #: profile's step, from which the slow-down beside transfers is fitted; below it the
 #: calibration iterations hardly computed beside transfers and it stays 1.
@@ -90,16 +92,6 @@ def crowd_factors(workers: int, cores: int, background: float, threads: int = 1)
     return [slowdown(k) / slowdown(workers) for k in range(1, workers + 1)]
 
 
-def _merged(spans) -> list[list[float]]:
-    merged: list[list[float]] = []
-    for a, b in sorted(spans):
-        if merged and a <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], b)
-        else:
-            merged.append([a, b])
-    return merged
-
-
 def compute_split(record, group: Sequence = (), crowd: Sequence[float] | None = None) -> tuple[float, float]:
     """Seconds one worker computed in one iteration beside its own transfers, and with its link quiet.
 
@@ -127,25 +119,22 @@ def compute_split(record, group: Sequence = (), crowd: Sequence[float] | None = 
     >>> tuple(round(x, 3) for x in compute_split(r, [r, o], [0.5, 1.0]))
     (0.75, 0.25)
     """
-    transfers = _merged([(record.start, record.last_arrival if record.arrivals else record.start),
-                         *((a, b) for a, b in record.grad_sends.values())])
-    spans = compute_spans(record)
-    others = [compute_spans(r) for r in group if r is not record] if crowd is not None else []
-    cuts = sorted({x for a, b in [*spans, *transfers, *(s for o in others for s in o)] for x in (a, b)})
-    beside = quiet = 0.0
-    for a, b in spans:
-        points = [a, *(x for x in cuts if a < x < b), b]
-        for x, y in zip(points, points[1:]):
-            mid = (x + y) / 2
-            weight = 1.0
-            if others:
-                k = 1 + sum(any(p <= mid < q for p, q in o) for o in others)
-                weight = 1.0 / crowd[min(k, len(crowd)) - 1]
-            if any(p <= mid < q for p, q in transfers):
-                beside += (y - x) * weight
-            else:
-                quiet += (y - x) * weight
-    return beside, quiet
+    def merged(spans) -> iv.Intervals:
+        return iv.merge([a for a, _ in spans], [b for _, b in spans])
+
+    mine = merged(compute_spans(record))
+    transfers = merged([(record.start, record.last_arrival if record.arrivals else record.start),
+                        *record.grad_sends.values()])
+    others = [merged(compute_spans(r)) for r in group if r is not record] if crowd is not None else []
+    cuts = np.unique(np.concatenate([*mine, *transfers, *(x for o in others for x in o)]))
+    lo, hi = cuts[:-1], cuts[1:]
+    mid = (lo + hi) / 2
+    seconds = np.where(iv.inside(mine, mid), hi - lo, 0.0)  # this worker's busy time, cut at every boundary
+    if others:  # at the pace of all computing: divided by the factor of the k computing then
+        k = 1 + sum(iv.inside(o, mid).astype(int) for o in others)
+        seconds = seconds / np.asarray(crowd, dtype=float)[np.minimum(k, len(crowd)) - 1]
+    near = iv.inside(transfers, mid)
+    return float(seconds[near].sum()), float(seconds[~near].sum())
 
 
 def calibrate_compute(splits: Sequence[tuple[float, float]], profile: float) -> ComputeCalibration:
@@ -265,4 +254,3 @@ def slowest_rank_contention(quiet, beside, comm, quiet_comm: float) -> tuple[flo
     if not fits:
         return 1.0, 1.0
     return max(fits)
-

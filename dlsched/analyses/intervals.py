@@ -134,7 +134,7 @@ def subtract(a: Intervals, b: Intervals) -> Intervals:
     cuts = np.unique(np.concatenate([a[0], a[1], b[0], b[1]]))
     lo, hi = cuts[:-1], cuts[1:]
     mid = (lo + hi) / 2
-    keep = _inside(a, mid) & ~_inside(b, mid)
+    keep = inside(a, mid) & ~inside(b, mid)
     return merge(lo[keep], hi[keep])
 
 
@@ -148,7 +148,13 @@ def intersect(a: Intervals, b: Intervals) -> Intervals:
     return subtract(a, subtract(a, b))
 
 
-def _inside(m: Intervals, t: np.ndarray) -> np.ndarray:
+def inside(m: Intervals, t) -> np.ndarray:
+    """Whether each time ``t`` lies in merged set ``m`` (``start <= t < end``).
+
+    >>> inside(merge([0, 5], [2, 6]), [0.0, 2.0, 5.5]).tolist()
+    [True, False, True]
+    """
     s, e = m
+    t = np.asarray(t, dtype=float)
     k = np.searchsorted(s, t, side="right") - 1
     return (k >= 0) & (t < e[np.maximum(k, 0)])
