@@ -3,7 +3,7 @@ import os
 import statistics
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from dlsched.analyses.calibration import MAX_OVERLAP, MIN_SPREAD, calibrate_compute, compute_split
@@ -60,6 +60,7 @@ def test_unordered_iterations_alone_fit_nothing():
        arrivals=st.lists(st.floats(0.0, 3.0), min_size=1, max_size=6),
        stalls=st.lists(st.tuples(st.floats(0.0, 3.0), st.floats(0.0, 0.5)), max_size=4),
        sends=st.lists(st.tuples(st.floats(0.0, 3.0), st.floats(0.0, 0.5)), max_size=4))
+@example(start=0.0, cs=1.0, length=0.5, arrivals=[1.0], stalls=[(1.0, 0.5)], sends=[])  # a stall over all compute
 def test_split_cuts_busy_time_in_two(start, cs, length, arrivals, stalls, sends):
     r = IterationRecord(0, 0, start, start + cs, start + cs + length + 1.0,
                         arrivals={f"p{i}": start + t for i, t in enumerate(arrivals)},
@@ -78,6 +79,7 @@ def test_split_cuts_busy_time_in_two(start, cs, length, arrivals, stalls, sends)
        arrivals=st.lists(st.floats(0.0, 3.0), min_size=1, max_size=6),
        stalls=st.lists(st.tuples(st.floats(0.0, 3.0), st.floats(0.0, 0.5)), max_size=4),
        other=st.tuples(st.floats(0.0, 2.0), st.floats(0.01, 2.0)), alone=st.floats(0.3, 1.0))
+@example(start=0.0, cs=1.0, length=0.5, arrivals=[1.0], stalls=[(1.0, 0.5)], other=(0.0, 1.0), alone=0.5)
 def test_crowded_split_counts_each_second_at_the_pace_of_all_computing(start, cs, length, arrivals, stalls, other,
                                                                         alone):
     """Seconds with this worker computing alone count 1/``alone`` times, those beside the other worker once: the

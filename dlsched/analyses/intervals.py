@@ -153,8 +153,12 @@ def inside(m: Intervals, t) -> np.ndarray:
 
     >>> inside(merge([0, 5], [2, 6]), [0.0, 2.0, 5.5]).tolist()
     [True, False, True]
+    >>> inside(merge([], []), [1.0]).tolist()
+    [False]
     """
     s, e = m
     t = np.asarray(t, dtype=float)
+    if s.size == 0:
+        return np.zeros(t.shape, dtype=bool)
     k = np.searchsorted(s, t, side="right") - 1
     return (k >= 0) & (t < e[np.maximum(k, 0)])
