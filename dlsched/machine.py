@@ -41,14 +41,6 @@ def load_averages() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def cores() -> int:
-    """The cores this process may run on (its affinity; the CPU count where there is none)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def busy_cores(seconds: float = 1.0) -> float:
     """How many cores' worth of CPU the machine spent over ``seconds`` (from ``/proc/stat``; 0 without it).
 

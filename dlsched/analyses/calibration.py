@@ -58,7 +58,7 @@ class ComputeCalibration:
         return len(self.factors)
 
 
-def crowd_factors(workers: int, cores: int, background: float, threads: int = 1) -> list[float]:
+def crowd_factors(workers: int, cores: float, background: float, threads: int = 1) -> list[float]:
     """How many times its profiled time a step's op takes while ``k`` workers compute at once (index ``k − 1``).
 
     The workers share ``cores`` with ``background`` cores' worth of other

@@ -42,7 +42,7 @@ class InSituOracle:
     #: cores' worth of other load measured before the job, the cores, and what it makes of a step's ops with
     #: ``k`` workers computing at once (:func:`~dlsched.analyses.calibration.crowd_factors`)
     background: float = 0.0
-    cores: int = 1
+    cores: float = 1.0
     crowd: list | None = None
     scale: float = 1.0
     #: link model -> ``{"unordered": (measured, predicted), "tic": (...)}``: mean times of the calibration
@@ -56,7 +56,7 @@ class InSituOracle:
         self.compute *= scale
         self.scale *= scale
 
-    def crowded(self, workers: int, cores: int, background: float) -> None:
+    def crowded(self, workers: int, cores: float, background: float) -> None:
         """Share ``cores`` with ``background`` cores' worth of other load (set before :meth:`calibrate`)."""
         self.cores, self.background = cores, background
         self.crowd = crowd_factors(workers, cores, background, self.threads)
@@ -83,7 +83,7 @@ class InSituOracle:
                     "fitted on the same iterations, each worker's compute beside its own transfers against its "
                     "compute with the link quiet" if self.fitted else
                     "not fitted: the calibration iterations computed too little beside their transfers"),
-                "compute_crowding": (f"{self.background:.2f} cores' worth of other load on {self.cores} cores before "
+                "compute_crowding": (f"{self.background:.2f} cores' worth of other load on {self.cores:g} cores before "
                                      "the job: with k workers computing at once an op takes x"
                                      + "/".join(f"{c:.3f}" for c in self.crowd or [1.0])
                                      + " (k = 1, 2, ...) of its time with all computing, as profiled"),

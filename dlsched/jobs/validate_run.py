@@ -49,10 +49,11 @@ from dlsched.analyses.validate import (measured_iterations, observed_priorities,
 from dlsched.errors import DlschedError
 from dlsched.hooks.torch_ps import launch_local
 from dlsched.importers.loader import detect_format, load_model
-from dlsched.machine import busy_cores, cores
+from dlsched.machine import busy_cores
 from dlsched.profiling.link import measure_link
 from dlsched.profiling.network import LinkMeasurement
 from dlsched.runtime import netns
+from dlsched.runtime.cgroups import cpu_share
 from dlsched.runtime.hosts import Hosts, open_hosts
 from dlsched.runtime.ps_config import PSConfig, check_settings
 from dlsched.runtime.ps_protocol import send_order
@@ -163,8 +164,9 @@ def run_orders(model: str, graph, oracle: InSituOracle, hosts: Hosts, orders: Se
     alone runs faster than two at once).
     The calibrated simulator then runs the calibration iterations themselves
     (``oracle.check``): fitted to their busy time, it need not reproduce their
-    iteration times, and beside a busy loop it predicted the TIC ones 3–8%
-    fast, as it did TAC.
+    iteration times (beside a busy loop, with one level for every op, it
+    predicted the TIC ones 1–5.5% fast, as it did TAC; the crowding took that
+    out).
     A predicted iteration draws the workers' factors together, from one
     unordered calibration iteration for ``random`` and from one TIC iteration
     for the enforced orders: under an enforced order both workers get their
@@ -324,7 +326,7 @@ def run_validation(model: str, *, workers: int = 2, servers: int = 1, rate: str 
         say("profiling compute beside the other workers")
         with cluster_load(model, mode, batch, threads, workers):
             oracle = in_situ_oracle(model, graph, link, threads, runs=ORACLE_RUNS)
-        oracle.crowded(workers, cores(), background)
+        oracle.crowded(workers, cpu_share(), background)  # the cores it may use, quotas included
         say(f"running the orders interleaved, one iteration each in turn with two unscored calibration "
             f"iterations, their order balanced across rounds: {warmup} + {iterations} rounds of "
             f"{len(orders) + len(CALIBRATION)}")
