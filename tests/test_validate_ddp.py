@@ -129,13 +129,17 @@ def test_localhost_sweep_says_the_link_is_unshaped():
     assert np.isfinite([c["predicted"] for c in d["caps"]]).all()
 
 
-def test_collective_excess_is_the_stream_mean_beyond_one_alone():
-    """The stream slot's field 4 is the mean seconds of one of its collectives; the excess over one alone is the
-    median over rounds and ranks, and never below 0."""
+def test_collective_excess_is_the_stream_mean_beyond_the_same_stream_alone():
+    """The stream slot's fields 4 and 5 are the mean seconds of one of its collectives beside backward and of one
+    of the same stream alone, in the same round; the excess is the median over rounds and ranks of their paired
+    difference, never below 0: a round whose baseline happened to run slow does not cancel the others."""
     from dlsched.jobs.ddp_caps_run import STREAM, DDPCapsRun
-    steps = {STREAM: np.zeros((3, 2, 5))}
+    steps = {STREAM: np.zeros((3, 2, 6))}
     steps[STREAM][:, :, 4] = [[0.004, 0.0035], [0.003, 0.005], [0.0032, 0.0031]]
-    run = DDPCapsRun([1.0], steps, [1024], np.ones((1, 2)), 2, stream_alone_s=0.0004)
-    assert run.collective_excess_s == pytest.approx(np.median(steps[STREAM][:, :, 4]) - 0.0004)
-    assert DDPCapsRun([1.0], steps, [1024], np.ones((1, 2)), 2, stream_alone_s=0.01).collective_excess_s == 0.0
+    steps[STREAM][:, :, 5] = [[0.0004, 0.0005], [0.0004, 0.0060], [0.0004, 0.0003]]
+    run = DDPCapsRun([1.0], steps, [1024], np.ones((1, 2)), 2)
+    assert run.collective_excess_s == pytest.approx(np.median(steps[STREAM][:, :, 4] - steps[STREAM][:, :, 5]))
+    assert run.collective_excess_s > 0.002
+    steps[STREAM][:, :, 5] = 0.01
+    assert DDPCapsRun([1.0], steps, [1024], np.ones((1, 2)), 2).collective_excess_s == 0.0
     assert DDPCapsRun([1.0], {}, [1024], np.ones((1, 2)), 2).collective_excess_s == 0.0

@@ -11,7 +11,9 @@ all-reduce) and the optimizer, which gives the compute the cluster's ranks reall
 each other; and one unscored *beside* step, the same again while a second
 thread all-reduces a buffer of the whole gradient's size from the moment backward
 starts, on a gloo group of its own: how much backward and a collective slow each
-other when they share the cores. Every step starts after a barrier, so the ranks start together,
+other when they share the cores; and one unscored *stream* step, the same while a
+thread issues small all-reduces one after another, then that stream alone for as
+long: what each of the ordered all-reduce's collectives costs beside compute. Every step starts after a barrier, so the ranks start together,
 and the cluster's step time is the slowest rank's. The warm-up rounds (DDP's
 first iteration, with its one whole-model bucket, among them) are dropped.
 
@@ -63,11 +65,12 @@ class DDPJobFailed(DlschedError):
 class DDPCapsRun:
     """What the job measured, per slot (a cap's ``bucket_cap_mb`` as text, or :data:`CALIBRATION`).
 
-    ``steps[slot]`` is a ``(rounds, ranks, 5)`` array of seconds: forward + backward
+    ``steps[slot]`` is a ``(rounds, ranks, 6)`` array of seconds: forward + backward
     (DDP's all-reduces inside), optimizer, whole step, forward, and (else 0) for the :data:`BESIDE` slot the
     all-reduce beside backward from backward's start to its end, for the :data:`STREAM` slot the mean seconds of
-    one of the stream's all-reduces. ``allreduce`` maps bytes to the median seconds of one all-reduce, per rank
-    (``(sizes, ranks)``); ``stream_alone_s``: one all-reduce of :data:`STREAM_BYTES` alone, the median over ranks.
+    one of the stream's all-reduces beside backward, then (else 0) of one of the same stream alone, run right
+    after for as long. ``allreduce`` maps bytes to the median seconds of one all-reduce, per rank
+    (``(sizes, ranks)``).
     """
 
     caps: list[float]
@@ -77,17 +80,23 @@ class DDPCapsRun:
     workers: int
     #: bytes per second of a copy as large as the largest timed all-reduce (the median over ranks)
     copy_bps: float = 10e9
-    stream_alone_s: float = 0.0
 
     @property
     def collective_excess_s(self) -> float:
         """What one collective of a stream issued one after another from a thread costs beside backward beyond
-        its time alone (the median over rounds and ranks, at least 0): on a busy CPU each one waits for its
-        threads to be scheduled (about 3 ms each beside the transformer's backward on 2 cores, against 0.4 ms
-        alone). The ordered all-reduce pays it once per piece (``HostCosts.per_piece_s``)."""
+        its time alone (the median over rounds and ranks of the paired difference, at least 0): on a busy CPU
+        each one waits for its threads to be scheduled (about 3 ms each beside the transformer's backward on 2
+        cores, against 0.4 ms alone). The ordered all-reduce pays it once per piece (``HostCosts.per_piece_s``).
+
+        The same stream alone, right after in the same round, is the baseline: the same thread, group and
+        pattern, a moment later. One barrier-started all-reduce timed once before the rounds (the baseline of
+        an earlier version) also held the barrier's exit skew and the machine's state at that moment; on one
+        transformer repeat it exceeded the stream beside backward, and the cost came out 0 (2 ms in the other
+        repeats)."""
         if STREAM not in self.steps:
             return 0.0
-        return max(0.0, float(np.median(self.steps[STREAM][:, :, 4])) - self.stream_alone_s)
+        s = self.steps[STREAM]
+        return max(0.0, float(np.median(s[:, :, 4] - s[:, :, 5])))
 
     def step_times(self, slot: str) -> np.ndarray:
         """The cluster's step time per measured round: the slowest rank's."""
@@ -180,13 +189,23 @@ class Stream(_Beside):
 
     def start(self) -> None:
         self.stop.clear()
-        self.count = 0
+        self.count, self.times = 0, []
         super().start()
 
     def join(self) -> float:
         """When the last collective ended (``perf_counter``); raises what the thread raised."""
         self.stop.set()
         return super().join()
+
+
+def _stream_alone(dist, stream: Stream, seconds_: float) -> float:
+    """The mean seconds of one of ``stream``'s all-reduces with nothing else running, over ``seconds_`` (as long
+    as the backward it ran beside; at least 50 ms), every rank starting after a barrier."""
+    dist.barrier()
+    t0 = time.perf_counter()
+    stream.start()
+    time.sleep(max(seconds_, 0.05))
+    return (stream.join() - t0) / max(1, stream.count)
 
 
 def join_with_model(config: dict):
@@ -228,7 +247,6 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
         sizes = config["allreduce_bytes"]
         allreduce = [_timed_allreduce(dist, torch, n) for n in sizes]
         copy_bps = _timed_copy(dist, torch, max(sizes))
-        stream_alone = _timed_allreduce(dist, torch, STREAM_BYTES)
         beside = _Beside(dist, torch, max(sizes), config["timeout"])
         stream = Stream(dist, torch, STREAM_BYTES, config["timeout"])
         slots = [*replicas, CALIBRATION, BESIDE, STREAM]
@@ -249,7 +267,7 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
                     link.start()
                 loss.backward()  # in a DDP step its all-reduces run inside, overlapping the rest of backward
                 t1 = time.perf_counter()
-                comm = 0.0
+                comm = alone = 0.0
                 if slot == BESIDE:
                     comm = beside.join() - tf
                 elif slot == STREAM:
@@ -257,16 +275,17 @@ def run_rank(config: dict, rank: int, init_method: str) -> dict:
                 opt.step()
                 opt.zero_grad(set_to_none=False)
                 t2 = time.perf_counter()
+                if slot == STREAM:
+                    alone = _stream_alone(dist, stream, t1 - tf)
                 if r >= config["warmup"]:
-                    records[slot].append((t1 - t0, t2 - t1, t2 - t0, tf - t0, comm))
+                    records[slot].append((t1 - t0, t2 - t1, t2 - t0, tf - t0, comm, alone))
         dist.barrier()
         let_go([beside.buf, stream.buf], config["timeout"])  # before the rank may end (runtime/gloo_release)
     except DlschedError:
         raise
     except Exception as e:
         raise transfer_failure(f"rank {rank}: DDP's collective failed", e) from None
-    return {"rank": rank, "records": records, "allreduce": allreduce, "copy_bps": copy_bps,
-            "stream_alone": stream_alone}
+    return {"rank": rank, "records": records, "allreduce": allreduce, "copy_bps": copy_bps}
 
 
 def run_caps(model: str, caps: list[float], *, workers: int, batch: int, threads: int, iterations: int,
@@ -289,8 +308,7 @@ def run_caps(model: str, caps: list[float], *, workers: int, batch: int, threads
                           for i in range(iterations)], dtype=float) for s in results[0]["records"]}
     return DDPCapsRun(list(caps), steps, list(allreduce_bytes),
                       np.array([res["allreduce"] for res in results], dtype=float).T, workers,
-                      float(np.median([res["copy_bps"] for res in results])),
-                      float(np.median([res["stream_alone"] for res in results])))
+                      float(np.median([res["copy_bps"] for res in results])))
 
 
 def main(argv=None) -> None:
