@@ -13,8 +13,9 @@ thread all-reduces a buffer of the whole gradient's size from the moment backwar
 starts, on a gloo group of its own: how much backward and a collective slow each
 other when they share the cores; and one unscored *stream* step, the same while a
 thread issues small all-reduces one after another, then that stream alone for as
-long: what each of the ordered all-reduce's collectives costs beside compute. Every step starts after a barrier, so the ranks start together,
-and the cluster's step time is the slowest rank's. The warm-up rounds (DDP's
+long: what each of the ordered all-reduce's collectives costs beside compute.
+Every step starts after a barrier, so the ranks start together, and the
+cluster's step time is the slowest rank's. The warm-up rounds (DDP's
 first iteration, with its one whole-model bucket, among them) are dropped.
 
 Before the rounds every rank times gloo's all-reduce of a range of sizes on
@@ -88,11 +89,10 @@ class DDPCapsRun:
         each one waits for its threads to be scheduled (about 3 ms each beside the transformer's backward on 2
         cores, against 0.4 ms alone). The ordered all-reduce pays it once per piece (``HostCosts.per_piece_s``).
 
-        The same stream alone, right after in the same round, is the baseline: the same thread, group and
-        pattern, a moment later. One barrier-started all-reduce timed once before the rounds (the baseline of
-        an earlier version) also held the barrier's exit skew and the machine's state at that moment; on one
-        transformer repeat it exceeded the stream beside backward, and the cost came out 0 (2 ms in the other
-        repeats)."""
+        The baseline is the same stream alone, right after in the same round: the same thread, group and
+        pattern, a moment later. One barrier-started all-reduce timed before the rounds holds the barrier's exit
+        skew and that moment's machine state: on one transformer job it exceeded the stream beside backward, and
+        the cost came out 0 where paired rounds give 1.4–1.6 ms."""
         if STREAM not in self.steps:
             return 0.0
         s = self.steps[STREAM]
@@ -164,22 +164,19 @@ class _Beside:
 
 class Stream(_Beside):
     """All-reduces of ``nbytes`` one after another in a thread, on a group of their own, from :meth:`start` until
-    :meth:`join`: the ordered all-reduce's pattern beside backward. ``count``: how many ran; ``times`` keeps each
-    one's seconds."""
+    :meth:`join`: the ordered all-reduce's pattern beside backward. ``count``: how many ran."""
 
     def __init__(self, dist, torch, nbytes: int, timeout: float):
         super().__init__(dist, torch, nbytes, timeout)
         import threading
-        self.stop, self.count, self.times = threading.Event(), 0, []
+        self.stop, self.count = threading.Event(), 0
 
     def _run(self) -> None:
         try:
             while True:
                 # every rank must issue as many: the stop flag travels in each collective's first element
                 self.buf[0] = 1.0 if self.stop.is_set() else 0.0
-                t0 = time.perf_counter()
                 self.dist.all_reduce(self.buf, group=self.group)
-                self.times.append(time.perf_counter() - t0)
                 self.count += 1
                 if self.buf[0] > 0:
                     break
@@ -189,7 +186,7 @@ class Stream(_Beside):
 
     def start(self) -> None:
         self.stop.clear()
-        self.count, self.times = 0, []
+        self.count = 0
         super().start()
 
     def join(self) -> float:
