@@ -166,3 +166,36 @@ def test_slowest_rank_contention_is_the_pair_of_the_rank_slowed_most(ranks, a):
     want = max((f, g) for _, f, g in ranks)
     assert got == pytest.approx(want, rel=1e-6)
     assert slowest_rank_contention(np.ones((3, 0)), np.ones((3, 0)), np.ones((3, 0)), a) == (1.0, 1.0)
+
+
+rounds_of_ranks = st.integers(1, 6).flatmap(lambda r: st.lists(
+    st.lists(st.tuples(st.floats(0.01, 3.0), st.floats(0.0, 3.0)), min_size=r, max_size=r), min_size=1, max_size=8))
+
+
+@settings(max_examples=100, deadline=None)
+@given(rounds_of_ranks)
+def test_last_forward_wait_brings_every_rank_to_the_round_s_last_forward(rounds):
+    import numpy as np
+
+    from dlsched.analyses.calibration import last_forward_wait
+    forward = np.array([[f for f, _ in ranks] for ranks in rounds])
+    wait = last_forward_wait(forward)
+    assert (wait >= 0).all()
+    assert (wait.min(axis=1) == 0).all()  # the last rank waits for no one
+    assert np.allclose(forward + wait, forward.max(axis=1, keepdims=True))
+
+
+@settings(max_examples=100, deadline=None)
+@given(rounds_of_ranks)
+def test_cluster_phases_keep_the_slowest_rank_s_compute_and_end_forward_at_the_last(rounds):
+    """The split moves no compute: forward + backward is the level the calibration always had (the median of
+    each round's slowest rank), and forward is at least any one rank's median forward."""
+    import numpy as np
+
+    from dlsched.analyses.calibration import cluster_phases
+    forward = np.array([[f for f, _ in ranks] for ranks in rounds])
+    whole = forward + np.array([[b for _, b in ranks] for ranks in rounds])
+    fwd, bwd = cluster_phases(forward, whole)
+    assert bwd >= 0
+    assert fwd + bwd == pytest.approx(float(np.median(whole.max(axis=1))), rel=1e-9, abs=1e-12)
+    assert fwd >= float(np.median(forward, axis=0).max()) - 1e-12

@@ -15,8 +15,8 @@
    calibration step per round (no all-reduce) and gloo's all-reduce timed at
    a range of sizes on the same hosts.
 4. **The prediction** of each cap (:func:`dlsched.analyses.ddp_step.ddp_step`):
-   the profile's compute scaled to the level the cluster's ranks really
-   computed at in the calibration steps, the optimizer's measured time, DDP's
+   the profile's forward and backward scaled to end where the cluster's last
+   rank ended each in the calibration steps, the optimizer's measured time, DDP's
    buckets at that cap (:func:`~dlsched.analyses.ddp_buckets.ddp_buckets_of`)
    and the ring's α, β from the timed all-reduces (:func:`fit_ring`).
 
@@ -35,7 +35,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from dlsched import limits
-from dlsched.analyses.calibration import slowest_rank_contention
+from dlsched.analyses.calibration import cluster_phases, last_forward_wait, slowest_rank_contention
 from dlsched.analyses.ddp_step import HostCosts, Network
 from dlsched.analyses.validate import relative_error
 from dlsched.errors import DlschedError
@@ -244,23 +244,36 @@ def run_ddp_validation(model: str, *, workers: int = 2, rate: str | None = "auto
 
 
 def _plan(graph, oracle, run, caps, model_bytes, workers):
-    """plan-ddp on what the sweep measured: the profile scaled to the calibration steps' compute, the
+    """plan-ddp on what the sweep measured: the profile's forward and backward each scaled to the cluster's in
+    the calibration steps (:func:`~dlsched.analyses.calibration.cluster_phases`), the
     optimizer's measured time, the ring fitted to the timed all-reduces, and backward and the all-reduce
-    slowing each other as in the beside steps, on the rank they slow most
+    slowing each other as in the beside steps (the all-reduce timed from the last rank's forward), on the rank
+    they slow most
     (:func:`~dlsched.analyses.calibration.slowest_rank_contention`), and each piece of the ordered all-reduce
     charged what a stream's collective costs beside backward beyond its time alone."""
     calib, beside = run.steps[CALIBRATION], run.steps[BESIDE]
-    compute = float(np.median(calib[:, :, 0].max(axis=1)))
+    forward, backward = cluster_phases(calib[:, :, 3], calib[:, :, 0])
+    compute = forward + backward
     optimizer = float(np.median(calib[:, :, 1].max(axis=1)))
     scale = compute / oracle.compute
-    times = dict(oracle.times)
-    for op in graph.compute_ops():
-        times[op.name] *= scale
+    times = _phase_scaled(graph, oracle.times, forward, backward)
     secs = run.allreduce_s.mean(axis=1)
     net = fit_ring(run.allreduce_bytes, secs, workers)
     f, g = slowest_rank_contention(calib[:, :, 0] - calib[:, :, 3], beside[:, :, 0] - beside[:, :, 3],
-                                   beside[:, :, 4], float(secs[-1]))
+                                   beside[:, :, 4] - last_forward_wait(beside[:, :, 3]), float(secs[-1]))
     host = HostCosts(run.copy_bps, optimizer / model_bytes, compute_beside_comm=f, comm_beside_compute=g,
                      per_piece_s=run.collective_excess_s)
     plan = plan_ddp(graph, times, net, caps=caps, host=host)
     return plan, (net, compute, optimizer, scale, (f, g))
+
+
+def _phase_scaled(graph, times, forward: float, backward: float) -> dict:
+    """``times`` with the forward ops scaled to sum to ``forward`` seconds and the backward ops to ``backward``
+    (a phase the profile has no time for keeps its ops' times)."""
+    out = dict(times)
+    for phase, target in (("forward", forward), ("backward", backward)):
+        ops = [op.name for op in graph.compute_ops() if op.phase == phase]
+        total = sum(out[n] for n in ops)
+        for n in ops:
+            out[n] *= target / total if total > 0 else 1.0
+    return out
