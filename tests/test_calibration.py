@@ -141,6 +141,24 @@ def test_fit_contention_recovers_both_slowdowns(q, a, f, g):
     assert (got_f, got_g) == pytest.approx((f, g), rel=1e-6)
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.floats(0.05, 5.0), st.floats(0.05, 5.0), st.floats(1.0, 4.0), st.floats(1.0, 4.0), st.floats(0.0, 0.95))
+def test_fit_contention_recovers_both_slowdowns_after_a_wait(q, a, f, g, share):
+    """The all-reduce starts ``w`` into backward (it waited for the last rank's forward): backward ran alone
+    until then, and both slow-downs still come back."""
+    from dlsched.analyses.calibration import fit_contention
+    w = share * q
+    rest, e = _overlapped(q - w, a, f, g)
+    got_f, got_g = fit_contention([q], [w + rest], [e], a, waits=[w])
+    assert (got_f, got_g) == pytest.approx((f, g), rel=1e-6)
+
+
+def test_fit_contention_leaves_out_a_record_whose_backward_ended_before_the_wait():
+    from dlsched.analyses.calibration import fit_contention
+    assert fit_contention([1.0, 1.0], [1.0, 1.2], [2.0, 2.3], 2.0, waits=[1.5, 0.0]) == pytest.approx((1.2, 1.333),
+                                                                                                      rel=1e-3)
+
+
 def test_fit_contention_without_records_or_contention_is_one():
     from dlsched.analyses.calibration import fit_contention
     assert fit_contention([], [], [], 1.0) == (1.0, 1.0)

@@ -191,25 +191,31 @@ def calibrate_compute(splits: Sequence[tuple[float, float]], profile: float) -> 
 
 
 def fit_contention(quiet: Sequence[float], beside: Sequence[float], comm: Sequence[float],
-                   quiet_comm: float) -> tuple[float, float]:
+                   quiet_comm: float, waits: Sequence[float] | None = None) -> tuple[float, float]:
     """How many times slower compute runs beside a collective, and the collective beside compute: ``(f, g)``.
 
     ``validate --dp ddp``'s *beside* step (:mod:`dlsched.jobs.ddp_caps_run`):
-    a backward that takes ``q`` alone starts together with an all-reduce that
-    takes ``a`` alone (``quiet_comm``); backward then takes ``t`` and the
-    all-reduce ``e`` from the same start. While both run, compute does ``1/f``
-    of its work per second and the collective ``1/g`` of its own (the
-    simulator's :class:`~dlsched.analyses.ddp_step.HostCosts`)::
+    a backward that takes ``q`` alone starts; ``w`` later (``waits``, the wait
+    for the last rank's forward: :func:`last_forward_wait`; 0 when ``None``) an
+    all-reduce that takes ``a`` alone (``quiet_comm``) starts; backward then
+    takes ``t`` from its start and the all-reduce ``e`` from its own. While both
+    run, for ``o`` seconds, compute does ``1/f`` of its work per second and the
+    collective ``1/g`` of its own (the simulator's
+    :class:`~dlsched.analyses.ddp_step.HostCosts`)::
 
-        e ≥ t:  f = t / q                   (backward ran beside it throughout)
-                t/g + (e − t) = a  ⇒  g = t / (t + a − e)
-        e < t:  g = e / a                   (the all-reduce ran beside backward throughout)
-                e/f + (t − e) = q  ⇒  f = e / (e + q − t)
+        w + e ≥ t:  o = t − w                 (backward ended first)
+                    w + o/f = q          ⇒  f = o / (q − w)
+                    o/g + (e − o) = a    ⇒  g = o / (o + a − e)
+        w + e < t:  o = e                     (the all-reduce ended first)
+                    g = e / a
+                    e/f + (t − e) = q    ⇒  f = e / (e + q − t)
 
     One pair per record (``quiet[i]``, ``beside[i]``, ``comm[i]``: the same
-    round's steps of one rank); the medians, each within ``[1, MAX_OVERLAP]``:
-    a record that gained speed beside the other is noise, not a speed-up, and a
-    denominator at or below 0 is a slow-down beyond what one record can say.
+    round's steps of one rank; a record whose backward ended before its
+    all-reduce began says nothing and is left out); the medians, each within
+    ``[1, MAX_OVERLAP]``: a record that gained speed beside the other is noise,
+    not a speed-up, and a denominator at or below 0 is a slow-down beyond what
+    one record can say.
 
     Examples
     --------
@@ -218,12 +224,22 @@ def fit_contention(quiet: Sequence[float], beside: Sequence[float], comm: Sequen
     >>> f, g = fit_contention([1.0], [1.2], [2.3], 2.0)
     >>> round(f, 3), round(g, 3)
     (1.2, 1.333)
+
+    The same, the all-reduce starting 0.2 s into backward (it waited for the last rank):
+
+    >>> f, g = fit_contention([1.0], [1.2], [2.2], 2.0, waits=[0.2])
+    >>> round(f, 3), round(g, 3)
+    (1.25, 1.25)
     """
     fs, gs = [], []
-    for q, t, e in zip(quiet, beside, comm):
-        if e >= t:
-            f, den = t / q, t + quiet_comm - e
-            g = t / den if den > 0 else MAX_OVERLAP
+    for q, t, e, w in zip(quiet, beside, comm, waits if waits is not None else [0.0] * len(quiet)):
+        if w + e >= t:
+            o = t - w
+            if o <= 0:
+                continue
+            f = o / (q - w) if q > w else MAX_OVERLAP
+            den = o + quiet_comm - e
+            g = o / den if den > 0 else MAX_OVERLAP
         else:
             g, den = e / quiet_comm, e + q - t
             f = e / den if den > 0 else MAX_OVERLAP
@@ -234,8 +250,9 @@ def fit_contention(quiet: Sequence[float], beside: Sequence[float], comm: Sequen
     return float(statistics.median(fs)), float(statistics.median(gs))
 
 
-def slowest_rank_contention(quiet, beside, comm, quiet_comm: float) -> tuple[float, float]:
-    """:func:`fit_contention` on each rank's records (columns of the ``(rounds, ranks)`` arrays), and the pair of
+def slowest_rank_contention(quiet, beside, comm, quiet_comm: float, waits=None) -> tuple[float, float]:
+    """:func:`fit_contention` on each rank's records (columns of the ``(rounds, ranks)`` arrays, ``waits`` among
+    them), and the pair of
     the rank whose compute slows most: the ranks meet at every collective, so that rank sets the pace, as the
     slowest rank's compute sets the step's (the collective is one for all ranks; each rank's pair explains its
     own backward and the collective together). On 2 ranks with rank 0's link shaped (``validate``'s network
@@ -250,7 +267,9 @@ def slowest_rank_contention(quiet, beside, comm, quiet_comm: float) -> tuple[flo
     (1.3, 1.625)
     """
     quiet, beside, comm = (np.asarray(a, dtype=float) for a in (quiet, beside, comm))
-    fits = [fit_contention(quiet[:, r], beside[:, r], comm[:, r], quiet_comm) for r in range(quiet.shape[1])]
+    waits = np.zeros_like(quiet) if waits is None else np.asarray(waits, dtype=float)
+    fits = [fit_contention(quiet[:, r], beside[:, r], comm[:, r], quiet_comm, waits[:, r])
+            for r in range(quiet.shape[1])]
     if not fits:
         return 1.0, 1.0
     return max(fits)

@@ -259,8 +259,9 @@ def _plan(graph, oracle, run, caps, model_bytes, workers):
     times = _phase_scaled(graph, oracle.times, forward, backward)
     secs = run.allreduce_s.mean(axis=1)
     net = fit_ring(run.allreduce_bytes, secs, workers)
+    wait = last_forward_wait(beside[:, :, 3])  # the all-reduce starts when the last rank's forward ends
     f, g = slowest_rank_contention(calib[:, :, 0] - calib[:, :, 3], beside[:, :, 0] - beside[:, :, 3],
-                                   beside[:, :, 4] - last_forward_wait(beside[:, :, 3]), float(secs[-1]))
+                                   beside[:, :, 4] - wait, float(secs[-1]), wait)
     host = HostCosts(run.copy_bps, optimizer / model_bytes, compute_beside_comm=f, comm_beside_compute=g,
                      per_piece_s=run.collective_excess_s)
     plan = plan_ddp(graph, times, net, caps=caps, host=host)
