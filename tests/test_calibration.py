@@ -141,24 +141,6 @@ def test_fit_contention_recovers_both_slowdowns(q, a, f, g):
     assert (got_f, got_g) == pytest.approx((f, g), rel=1e-6)
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.floats(0.05, 5.0), st.floats(0.05, 5.0), st.floats(1.0, 4.0), st.floats(1.0, 4.0), st.floats(0.0, 0.95))
-def test_fit_contention_recovers_both_slowdowns_after_a_wait(q, a, f, g, share):
-    """The all-reduce starts ``w`` into backward (it waited for the last rank's forward): backward ran alone
-    until then, and both slow-downs still come back."""
-    from dlsched.analyses.calibration import fit_contention
-    w = share * q
-    rest, e = _overlapped(q - w, a, f, g)
-    got_f, got_g = fit_contention([q], [w + rest], [e], a, waits=[w])
-    assert (got_f, got_g) == pytest.approx((f, g), rel=1e-6)
-
-
-def test_fit_contention_leaves_out_a_record_whose_backward_ended_before_the_wait():
-    from dlsched.analyses.calibration import fit_contention
-    assert fit_contention([1.0, 1.0], [1.0, 1.2], [2.0, 2.3], 2.0, waits=[1.5, 0.0]) == pytest.approx((1.2, 1.333),
-                                                                                                      rel=1e-3)
-
-
 def test_fit_contention_without_records_or_contention_is_one():
     from dlsched.analyses.calibration import fit_contention
     assert fit_contention([], [], [], 1.0) == (1.0, 1.0)
@@ -166,41 +148,42 @@ def test_fit_contention_without_records_or_contention_is_one():
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(st.floats(0.05, 5.0), st.floats(1.0, 4.0), st.floats(1.0, 4.0)), min_size=1, max_size=4),
-       st.floats(0.05, 5.0))
-def test_slowest_rank_contention_is_the_pair_of_the_rank_slowed_most(ranks, a):
-    """Each rank's backward q beside one collective of a alone, slowed by its own (f, g): the pair of the rank
-    with the largest f comes back, whichever column it is in."""
+@given(st.lists(st.tuples(st.floats(0.0, 1.0), st.floats(0.0, 1.0), st.floats(0.0, 1.0)), min_size=1, max_size=4),
+       st.floats(0.05, 5.0), st.floats(0.05, 5.0), st.floats(1.0, 4.0), st.floats(1.0, 4.0))
+def test_cluster_contention_recovers_both_slowdowns_on_the_envelope(ranks, q, a, f, g):
+    """Ranks end forward, backward and the all-reduce at different times; the envelope (the last forward, the
+    last backward, the last rank to have the all-reduce) ran backward q alone and the all-reduce a alone, each
+    slowed by the other: both slow-downs come back, whatever the other ranks did inside the envelope."""
     import numpy as np
 
-    from dlsched.analyses.calibration import slowest_rank_contention
-    fs = sorted(f for _, f, _ in ranks)
-    assume(len(fs) == 1 or fs[-1] - fs[-2] > 1e-6)  # one rank slowed most (a tie is either pair)
-    cols = [_overlapped(q, a, f, g) for q, f, g in ranks]
-    quiet = np.array([[q for q, _, _ in ranks]])
-    beside = np.array([[t for t, _ in cols]])
-    comm = np.array([[e for _, e in cols]])
-    got = slowest_rank_contention(quiet, beside, comm, a)
-    want = max((f, g) for _, f, g in ranks)
-    assert got == pytest.approx(want, rel=1e-6)
-    assert slowest_rank_contention(np.ones((3, 0)), np.ones((3, 0)), np.ones((3, 0)), a) == (1.0, 1.0)
+    from dlsched.analyses.calibration import cluster_contention
+    t, e = _overlapped(q, a, f, g)
+    fwd = np.array([[1.0 + x for x, _, _ in ranks]])
+    last = fwd.max()
+    lag_b = np.array([[y for _, y, _ in ranks]]); lag_e = np.array([[z for _, _, z in ranks]])
+    lag_b[0, 0] = lag_e[0, -1] = 0.0  # one rank ends backward last, one has the all-reduce last
+    whole = last + t - lag_b * t
+    comm = last + e - lag_e * e - fwd
+    quiet_fwd = fwd.copy()
+    quiet_whole = last + q - lag_b * q
+    assert cluster_contention(quiet_fwd, quiet_whole, fwd, whole, comm, a) == pytest.approx((f, g), rel=1e-6)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.floats(0.05, 5.0), st.floats(0.05, 5.0), st.floats(1.0, 4.0), st.floats(1.0, 4.0), st.floats(0.0, 2.0))
+def test_cluster_contention_of_one_rank_is_fit_contention(q, a, f, g, forward):
+    import numpy as np
+
+    from dlsched.analyses.calibration import cluster_contention, fit_contention
+    t, e = _overlapped(q, a, f, g)
+    got = cluster_contention([[forward]], [[forward + q]], [[forward]], [[forward + t]], [[e]], a)
+    assert got == pytest.approx(fit_contention([q], [t], [e], a), rel=1e-9)
+    assert cluster_contention(np.ones((0, 2)), np.ones((0, 2)), np.ones((0, 2)), np.ones((0, 2)),
+                              np.ones((0, 2)), a) == (1.0, 1.0)
 
 
 rounds_of_ranks = st.integers(1, 6).flatmap(lambda r: st.lists(
     st.lists(st.tuples(st.floats(0.01, 3.0), st.floats(0.0, 3.0)), min_size=r, max_size=r), min_size=1, max_size=8))
-
-
-@settings(max_examples=100, deadline=None)
-@given(rounds_of_ranks)
-def test_last_forward_wait_brings_every_rank_to_the_round_s_last_forward(rounds):
-    import numpy as np
-
-    from dlsched.analyses.calibration import last_forward_wait
-    forward = np.array([[f for f, _ in ranks] for ranks in rounds])
-    wait = last_forward_wait(forward)
-    assert (wait >= 0).all()
-    assert (wait.min(axis=1) == 0).all()  # the last rank waits for no one
-    assert np.allclose(forward + wait, forward.max(axis=1, keepdims=True))
 
 
 @settings(max_examples=100, deadline=None)

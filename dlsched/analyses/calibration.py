@@ -191,28 +191,26 @@ def calibrate_compute(splits: Sequence[tuple[float, float]], profile: float) -> 
 
 
 def fit_contention(quiet: Sequence[float], beside: Sequence[float], comm: Sequence[float],
-                   quiet_comm: float, waits: Sequence[float] | None = None) -> tuple[float, float]:
+                   quiet_comm: float) -> tuple[float, float]:
     """How many times slower compute runs beside a collective, and the collective beside compute: ``(f, g)``.
 
-    ``validate --dp ddp``'s *beside* step (:mod:`dlsched.jobs.ddp_caps_run`):
-    a backward that takes ``q`` alone starts; ``w`` later (``waits``, the wait
-    for the last rank's forward: :func:`last_forward_wait`; 0 when ``None``) an
-    all-reduce that takes ``a`` alone (``quiet_comm``) starts; backward then
-    takes ``t`` from its start and the all-reduce ``e`` from its own. While both
-    run, for ``o`` seconds, compute does ``1/f`` of its work per second and the
-    collective ``1/g`` of its own (the simulator's
+    ``validate --dp ddp``'s *beside* step (:mod:`dlsched.jobs.ddp_caps_run`,
+    on the ranks' envelope: :func:`cluster_contention`): a backward that takes
+    ``q`` alone and an all-reduce that takes ``a`` alone (``quiet_comm``) start
+    together; beside each other backward takes ``t`` and the all-reduce ``e``.
+    While both run, for ``o`` seconds, compute does ``1/f`` of its work per
+    second and the collective ``1/g`` of its own (the simulator's
     :class:`~dlsched.analyses.ddp_step.HostCosts`)::
 
-        w + e ≥ t:  o = t − w                 (backward ended first)
-                    w + o/f = q          ⇒  f = o / (q − w)
-                    o/g + (e − o) = a    ⇒  g = o / (o + a − e)
-        w + e < t:  o = e                     (the all-reduce ended first)
-                    g = e / a
-                    e/f + (t − e) = q    ⇒  f = e / (e + q − t)
+        e ≥ t:  o = t                 (backward ended first)
+                f = t / q
+                o/g + (e − o) = a    ⇒  g = t / (t + a − e)
+        e < t:  o = e                 (the all-reduce ended first)
+                g = e / a
+                e/f + (t − e) = q    ⇒  f = e / (e + q − t)
 
     One pair per record (``quiet[i]``, ``beside[i]``, ``comm[i]``: the same
-    round's steps of one rank; a record whose backward ended before its
-    all-reduce began says nothing and is left out); the medians, each within
+    round's steps); the medians, each within
     ``[1, MAX_OVERLAP]``: a record that gained speed beside the other is noise,
     not a speed-up, and a denominator at or below 0 is a slow-down beyond what
     one record can say.
@@ -224,22 +222,13 @@ def fit_contention(quiet: Sequence[float], beside: Sequence[float], comm: Sequen
     >>> f, g = fit_contention([1.0], [1.2], [2.3], 2.0)
     >>> round(f, 3), round(g, 3)
     (1.2, 1.333)
-
-    The same, the all-reduce starting 0.2 s into backward (it waited for the last rank):
-
-    >>> f, g = fit_contention([1.0], [1.2], [2.2], 2.0, waits=[0.2])
-    >>> round(f, 3), round(g, 3)
-    (1.25, 1.25)
     """
     fs, gs = [], []
-    for q, t, e, w in zip(quiet, beside, comm, waits if waits is not None else [0.0] * len(quiet)):
-        if w + e >= t:
-            o = t - w
-            if o <= 0:
-                continue
-            f = o / (q - w) if q > w else MAX_OVERLAP
-            den = o + quiet_comm - e
-            g = o / den if den > 0 else MAX_OVERLAP
+    for q, t, e in zip(quiet, beside, comm):
+        if e >= t:
+            f = t / q if q > 0 else MAX_OVERLAP
+            den = t + quiet_comm - e
+            g = t / den if den > 0 else MAX_OVERLAP
         else:
             g, den = e / quiet_comm, e + q - t
             f = e / den if den > 0 else MAX_OVERLAP
@@ -250,48 +239,35 @@ def fit_contention(quiet: Sequence[float], beside: Sequence[float], comm: Sequen
     return float(statistics.median(fs)), float(statistics.median(gs))
 
 
-def slowest_rank_contention(quiet, beside, comm, quiet_comm: float, waits=None) -> tuple[float, float]:
-    """:func:`fit_contention` on each rank's records (columns of the ``(rounds, ranks)`` arrays, ``waits`` among
-    them), and the pair of
-    the rank whose compute slows most: the ranks meet at every collective, so that rank sets the pace, as the
-    slowest rank's compute sets the step's (the collective is one for all ranks; each rank's pair explains its
-    own backward and the collective together). On 2 ranks with rank 0's link shaped (``validate``'s network
-    namespaces), rank 0's backward slowed x1.28 beside an all-reduce and rank 1's x1.17 (the transformer at
-    600 Mbit/s): the median over both ranks' records would charge the step for neither.
+def cluster_contention(quiet_forward, quiet_whole, forward, whole, comm, quiet_comm: float) -> tuple[float, float]:
+    """:func:`fit_contention` on the cluster's envelope, the one timeline the simulator has: ``(rounds, ranks)``
+    arrays of each rank's forward and forward + backward in the calibration step (``quiet_*``) and in the beside
+    step, and its all-reduce from its own forward's end; each timed from the barrier every rank leaves together.
+
+    Per round, the all-reduce starts when the last forward ends (a collective starts when the last rank calls
+    it), backward runs until the last rank's ends, and the all-reduce ends when the last rank has it; the quiet
+    backward is the calibration step's, from the last forward to the last backward
+    (:func:`cluster_phases`). The simulator runs the all-reduce beside that envelope's backward, so ``g`` is
+    fitted over the same overlap. Fitted on one rank's own overlap, the collective's slow-down while the other
+    ranks still computed was charged to that rank's shorter overlap: with 4 ranks on 2 cores (``vgg_mid``), ``g``
+    came out ×1.24–2.55 and the small caps were predicted 13% slow.
 
     Examples
     --------
-    >>> import numpy as np
-    >>> q = np.array([[1.0, 1.0]]); t = np.array([[1.3, 1.1]]); e = np.array([[2.5, 2.5]])
-    >>> tuple(round(x, 3) for x in slowest_rank_contention(q, t, e, 2.0))
-    (1.3, 1.625)
+    Two ranks: the last forward ends at 1.1 s, the last backward at 2.35 s, the all-reduce at 3.35 s; alone, the
+    last backward took 1.0 s after the last forward, and the all-reduce takes 2.0 s:
+
+    >>> q_fwd, q_all = [[1.0, 1.1]], [[2.0, 2.1]]
+    >>> fwd, whole, comm = [[1.0, 1.1]], [[2.2, 2.35]], [[2.3, 2.25]]
+    >>> tuple(round(x, 3) for x in cluster_contention(q_fwd, q_all, fwd, whole, comm, 2.0))
+    (1.25, 1.25)
     """
-    quiet, beside, comm = (np.asarray(a, dtype=float) for a in (quiet, beside, comm))
-    waits = np.zeros_like(quiet) if waits is None else np.asarray(waits, dtype=float)
-    fits = [fit_contention(quiet[:, r], beside[:, r], comm[:, r], quiet_comm, waits[:, r])
-            for r in range(quiet.shape[1])]
-    if not fits:
+    qf, qw, fw, wh, cm = (np.asarray(a, dtype=float) for a in (quiet_forward, quiet_whole, forward, whole, comm))
+    if qf.size == 0:
         return 1.0, 1.0
-    return max(fits)
-
-
-def last_forward_wait(forward) -> np.ndarray:
-    """How long after its own forward each rank waits for the round's last forward to end: a ``(rounds, ranks)``
-    array of ``max(forward[i]) − forward[i, r]`` (each round's forwards timed from the barrier every rank leaves
-    together).
-
-    A collective of all ranks starts when the last of them calls it, so a rank that timed the all-reduce beside
-    backward from its own forward's end also timed this wait. With 4 ranks on 2 cores the forwards ended up to
-    0.29 s apart (``vgg_mid``, DESIGN §4.8): fitted with the wait inside, rank 0's all-reduce came out ×2.52
-    slower beside backward, and ×1.14 without it.
-
-    Examples
-    --------
-    >>> last_forward_wait([[1.0, 1.2], [0.9, 0.8]]).round(3).tolist()
-    [[0.2, 0.0], [0.0, 0.1]]
-    """
-    f = np.asarray(forward, dtype=float)
-    return f.max(axis=1, keepdims=True) - f
+    start = fw.max(axis=1)
+    return fit_contention(qw.max(axis=1) - qf.max(axis=1), wh.max(axis=1) - start, (fw + cm).max(axis=1) - start,
+                          quiet_comm)
 
 
 def cluster_phases(forward, whole) -> tuple[float, float]:

@@ -35,7 +35,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from dlsched import limits
-from dlsched.analyses.calibration import cluster_phases, last_forward_wait, slowest_rank_contention
+from dlsched.analyses.calibration import cluster_contention, cluster_phases
 from dlsched.analyses.ddp_step import HostCosts, Network
 from dlsched.analyses.validate import relative_error
 from dlsched.errors import DlschedError
@@ -247,9 +247,8 @@ def _plan(graph, oracle, run, caps, model_bytes, workers):
     """plan-ddp on what the sweep measured: the profile's forward and backward each scaled to the cluster's in
     the calibration steps (:func:`~dlsched.analyses.calibration.cluster_phases`), the
     optimizer's measured time, the ring fitted to the timed all-reduces, and backward and the all-reduce
-    slowing each other as in the beside steps (the all-reduce timed from the last rank's forward), on the rank
-    they slow most
-    (:func:`~dlsched.analyses.calibration.slowest_rank_contention`), and each piece of the ordered all-reduce
+    slowing each other as in the beside steps, on the same envelope of the ranks
+    (:func:`~dlsched.analyses.calibration.cluster_contention`), and each piece of the ordered all-reduce
     charged what a stream's collective costs beside backward beyond its time alone."""
     calib, beside = run.steps[CALIBRATION], run.steps[BESIDE]
     forward, backward = cluster_phases(calib[:, :, 3], calib[:, :, 0])
@@ -259,9 +258,8 @@ def _plan(graph, oracle, run, caps, model_bytes, workers):
     times = _phase_scaled(graph, oracle.times, forward, backward)
     secs = run.allreduce_s.mean(axis=1)
     net = fit_ring(run.allreduce_bytes, secs, workers)
-    wait = last_forward_wait(beside[:, :, 3])  # the all-reduce starts when the last rank's forward ends
-    f, g = slowest_rank_contention(calib[:, :, 0] - calib[:, :, 3], beside[:, :, 0] - beside[:, :, 3],
-                                   beside[:, :, 4] - wait, float(secs[-1]), wait)
+    f, g = cluster_contention(calib[:, :, 3], calib[:, :, 0], beside[:, :, 3], beside[:, :, 0], beside[:, :, 4],
+                              float(secs[-1]))
     host = HostCosts(run.copy_bps, optimizer / model_bytes, compute_beside_comm=f, comm_beside_compute=g,
                      per_piece_s=run.collective_excess_s)
     plan = plan_ddp(graph, times, net, caps=caps, host=host)
