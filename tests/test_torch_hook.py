@@ -75,19 +75,31 @@ def _inversions(observed, expected):
     return sum(pos[a] > pos[b] for i, a in enumerate(expected) for b in expected[i + 1:])
 
 
+def _one_late_stamp(observed, expected) -> bool:
+    """Whether ``observed`` is ``expected`` with one name moved later (its stamp came late)."""
+    for i, n in enumerate(expected):
+        rest = expected[:i] + expected[i + 1:]
+        j = observed.index(n) if n in observed else -1
+        if j > i and observed[:j] + observed[j + 1:] == rest:
+            return True
+    return False
+
+
 def _assert_runs_in_order(records, expected_of, server=None):
     """Every record arrives in its expected order, give or take one late stamp.
 
     An arrival is stamped by the thread that waited for it, after the receive
     completed; on a loaded 2-core machine that thread can be scheduled a few ms
-    late and swap two neighbours. So one record per run may be one adjacent swap
-    off. A server that ignored the order would be off in most records by many
-    pairs (a reversed order of 5 is 10 pairs off in every one).
+    late, after one or two small neighbours had landed and been stamped. So one
+    record per run may have one name stamped late (one CI run: 6 after 4 and 8).
+    A server that ignored the order would be off in most records by many pairs
+    (a reversed order of 5 is 10 pairs off in every one).
     """
     seen = {id(r): r.arrival_order(server) for r in records}
     off = [(r.worker, r.iteration, seen[id(r)], _inversions(seen[id(r)], expected_of(r)))
            for r in records if seen[id(r)] != expected_of(r)]
-    assert len(off) <= 1 and all(k == 1 for *_, k in off), off
+    assert len(off) <= 1 and all(_one_late_stamp(seen[id(r)], expected_of(r))
+                                 for r in records if seen[id(r)] != expected_of(r)), off
 
 
 @pytest.mark.slow
