@@ -160,7 +160,8 @@ def test_cluster_contention_recovers_both_slowdowns_on_the_envelope(ranks, q, a,
     t, e = _overlapped(q, a, f, g)
     fwd = np.array([[1.0 + x for x, _, _ in ranks]])
     last = fwd.max()
-    lag_b = np.array([[y for _, y, _ in ranks]]); lag_e = np.array([[z for _, _, z in ranks]])
+    lag_b = np.array([[y for _, y, _ in ranks]])
+    lag_e = np.array([[z for _, _, z in ranks]])
     lag_b[0, 0] = lag_e[0, -1] = 0.0  # one rank ends backward last, one has the all-reduce last
     whole = last + t - lag_b * t
     comm = last + e - lag_e * e - fwd

@@ -96,10 +96,9 @@ def _assert_runs_in_order(records, expected_of, server=None):
     (a reversed order of 5 is 10 pairs off in every one).
     """
     seen = {id(r): r.arrival_order(server) for r in records}
-    off = [(r.worker, r.iteration, seen[id(r)], _inversions(seen[id(r)], expected_of(r)))
-           for r in records if seen[id(r)] != expected_of(r)]
-    assert len(off) <= 1 and all(_one_late_stamp(seen[id(r)], expected_of(r))
-                                 for r in records if seen[id(r)] != expected_of(r)), off
+    off = [r for r in records if seen[id(r)] != expected_of(r)]
+    assert len(off) <= 1 and all(_one_late_stamp(seen[id(r)], expected_of(r)) for r in off), \
+        [(r.worker, r.iteration, seen[id(r)], _inversions(seen[id(r)], expected_of(r))) for r in off]
 
 
 @pytest.mark.slow
