@@ -258,26 +258,28 @@ def test_noisy_ops_are_named(monkeypatch, factor, noisy):
 
 
 def test_back_to_back_bert_profiles_agree():
-    """Two back-to-back profiles of BERT in training, at one thread, agree within 15% in total compute.
+    """Two back-to-back profiles of BERT in training, at one thread, time the same ops and agree within 2×.
 
-    Before: every core was used (two here) and, with the machine's other load, some ops' minimum over 5 runs
-    reached 100 × their time (one profile of a pair took 326 ms against 3.4 ms); the interpreter's own bookkeeping
-    was also timed, half of each op's time; 3 of 9 pairs disagreed. Now about 1 pair in 10 still does (BERT's 407
-    ops take a few µs each, and a burst of load can hit one profile), so up to three pairs are measured: all three
-    disagree only if the profiles are not reproducible.
+    A bound on gross disagreement, not on reproducibility: with every core in use and other load, some ops' minimum
+    over 5 runs reached 100× their time (one profile of a pair took 326 ms against 3.4 ms). How closely profiles
+    agree is a timing figure, measured in ``benchmarks/bench_profile_repeat.py``: on the 2-core Intel Xeon VM, quiet
+    or beside a busy loop, a profile's total lands near 2.9 ms or near 4–5 ms from one profile to the next, and one
+    pair in about twenty differed by 2× or more; in CI, beside the other pytest worker, three pairs in a row
+    differed by 1.2–1.6×. Up to five pairs are measured, so one unlucky pair does not decide.
     """
     from dlsched.answers.options import ModelSpec
     from dlsched.answers.profile import Timing, profile
 
-    def total():
+    def frame():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return profile(ModelSpec(BERT, mode="training"), Timing(threads=1)).to_dict()["total_compute_time"]
+            return profile(ModelSpec(BERT, mode="training"), Timing(threads=1)).result.compute.set_index("op")["time"]
 
     ratios = []
-    for _ in range(3):
-        a, b = total(), total()
-        ratios.append(max(a, b) / min(a, b))
-        if ratios[-1] <= 1.15:
+    for _ in range(5):
+        a, b = frame(), frame()
+        assert list(a.index) == list(b.index) and len(a) > 400
+        ratios.append(max(a.sum(), b.sum()) / min(a.sum(), b.sum()))
+        if ratios[-1] <= 2.0:
             break
-    assert ratios[-1] <= 1.15, ratios
+    assert ratios[-1] <= 2.0, ratios
