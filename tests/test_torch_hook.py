@@ -75,29 +75,20 @@ def _inversions(observed, expected):
     return sum(pos[a] > pos[b] for i, a in enumerate(expected) for b in expected[i + 1:])
 
 
-def _one_late_stamp(observed, expected) -> bool:
-    """Whether ``observed`` is ``expected`` with one name moved later (its stamp came late)."""
-    for i, n in enumerate(expected):
-        rest = expected[:i] + expected[i + 1:]
-        j = observed.index(n) if n in observed else -1
-        if j > i and observed[:j] + observed[j + 1:] == rest:
-            return True
-    return False
-
-
 def _assert_runs_in_order(records, expected_of, server=None):
-    """Every record arrives in its expected order, give or take one late stamp.
+    """Every record but at most one arrives in exactly its expected order.
 
     An arrival is stamped by the thread that waited for it, after the receive
-    completed; on a loaded 2-core machine that thread can be scheduled a few ms
-    late, after one or two small neighbours had landed and been stamped. So one
-    record per run may have one name stamped late (one CI run: 6 after 4 and 8).
-    A server that ignored the order would be off in most records by many pairs
-    (a reversed order of 5 is 10 pairs off in every one).
+    completed; on a loaded 2-core machine (CI runs two pytest workers) the waiter
+    threads that became runnable in one spell are scheduled in any order, tens of
+    ms late: one CI run stamped 6 after 4 and 8, another 8 before 2, 4 and 6
+    (3 pairs of 10). So one record per run may be off, by any amount. The test's
+    power is in the rest: a server that ignored the order would put a record of
+    5 in its expected order 1 time in 120, so most of a run's records would be off.
     """
     seen = {id(r): r.arrival_order(server) for r in records}
     off = [r for r in records if seen[id(r)] != expected_of(r)]
-    assert len(off) <= 1 and all(_one_late_stamp(seen[id(r)], expected_of(r)) for r in off), \
+    assert len(records) >= 4 and len(off) <= 1, \
         [(r.worker, r.iteration, seen[id(r)], _inversions(seen[id(r)], expected_of(r))) for r in off]
 
 
