@@ -38,7 +38,7 @@ COMMANDS = {
     "train-ps": ("dlsched.cli.train_ps_cmd", "train_ps", "Real parameter-server run with per-worker batch policies."),
     "train-allreduce": ("dlsched.cli.train_allreduce_cmd", "train_allreduce",
                         "Train for real with DDP or eager-SGD's solo/majority all-reduce."),
-    "validate": ("dlsched.cli.validate_cmd", "validate", "Run a real PS cluster per order; predicted vs measured."),
+    "validate": ("dlsched.cli.validate_cmd", "validate", "A real PS, DDP or FSDP2 cluster; predicted vs measured."),
     "trace": ("dlsched.cli.trace_cmd", "trace", "Rate a job's torch.profiler traces, one per rank."),
 }
 
@@ -71,8 +71,10 @@ class LazyGroup(click.Group):
 def cli():
     """dlsched: why is my distributed iteration slower than it should be?
 
-    Profile a model, bound its iteration time, order its parameter transfers
-    (TIC/TAC), simulate iterations and plan batch sizes.
+    Rate a job's torch.profiler traces; profile a model, bound its iteration
+    time, order its parameter transfers (TIC/TAC) and simulate iterations;
+    plan DDP buckets, FSDP2 units and batch sizes; check the predictions on a
+    real cluster.
     """
 
 

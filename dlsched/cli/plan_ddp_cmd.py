@@ -56,7 +56,7 @@ def _sweep(caps, piece_bytes, priority, copy_bandwidth):
 @max_work_option(limits.PLAN_DDP)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 def plan_ddp(model, oracle, link, sweep, write_order, max_work, as_json):
-    """The bucket_cap_mb to pass to DistributedDataParallel for MODEL, and why (issue 29).
+    """The bucket_cap_mb to pass to DistributedDataParallel for MODEL, and why (DESIGN §4.8).
 
     Simulates one process's DDP step in steady state (buckets all-reduced one
     at a time in launch order, overlapping the rest of backward; the optimizer;

@@ -52,7 +52,7 @@ def _options(memory, units, optimizer, copy_bandwidth, margin):
 @max_work_option(limits.PLAN_FSDP)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 def plan_fsdp(model, oracle, link, options, write_plan, max_work, as_json):
-    """FSDP2's units, reshard_after_forward and prefetch lists for MODEL, under a memory budget (issue 30).
+    """FSDP2's units, reshard_after_forward and prefetch lists for MODEL, under a memory budget (DESIGN §4.10).
 
     Simulates one process's FSDP2 step on CPU (all-gathers before each
     unit's forward and backward, reduce-scatters after its backward, at the

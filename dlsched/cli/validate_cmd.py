@@ -1,4 +1,5 @@
-"""``dlsched validate MODEL``: a real parameter-server cluster per order, predicted against measured."""
+"""``dlsched validate MODEL``: a real cluster (parameter servers per order, DDP per bucket cap, FSDP2 per plan),
+predicted against measured."""
 from __future__ import annotations
 
 import click
@@ -79,7 +80,7 @@ def _workload(model, mode, batch):
         ("orders", "iterations", "warmup", "seed", "dp", "caps", "memory", "units"))
 @gather("outputs", answer.Outputs, ("sharing", "trace_out", "plot"))
 def validate(workload, cluster, schedule, outputs, max_work, as_json):
-    """Run MODEL on a real parameter-server cluster under each order and compare with the simulator (DESIGN §4.7).
+    """Run MODEL on a real cluster and compare with the simulator: parameter servers per order (DESIGN §4.7).
 
     As root the ranks run in network namespaces with the server's link shaped
     by tc; otherwise on plain localhost, and the output says so. The simulator
