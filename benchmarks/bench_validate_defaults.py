@@ -22,6 +22,11 @@ and no run beyond ±0.07; the mean iteration time within 10% and the p95 within
 15% in every run; beside the hog, the mean within 10% and the ratio within
 ±0.07.
 
+With ``--iterations N`` (and ``--part``, ``--hog``) the runs use N measured
+iterations instead, kept apart in ``validate_defaults_iterations{N}.json`` and
+summarised on stdout: whether the error's spread is the 20 iterations'
+sampling.
+
 Needs root (network namespaces). Resumable: each run is appended to
 ``benchmarks/results/validate_defaults.json`` as it ends; ``--report`` writes
 ``validate_defaults.md``. Run under ``flock /tmp/dlsched-heavy.lock``.
@@ -51,14 +56,19 @@ REPEATS = 3
 HOG = "import time\nend = time.time() + 3600\nwhile time.time() < end:\n    pass\n"
 
 
-def _load() -> list:
-    return json.loads(RUNS_FILE.read_text()) if RUNS_FILE.exists() else []
+def _runs_file(iterations: int | None) -> Path:
+    """The defaults' runs, or with ``--iterations N`` the runs at N measured iterations, kept apart."""
+    return RUNS_FILE if iterations is None else OUT / f"validate_defaults_iterations{iterations}.json"
 
 
-def _save(runs: list) -> None:
+def _load(path: Path = RUNS_FILE) -> list:
+    return json.loads(path.read_text()) if path.exists() else []
+
+
+def _save(runs: list, path: Path = RUNS_FILE) -> None:
     from dlsched.atomic import atomic_write_text
     OUT.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(RUNS_FILE, json.dumps(runs, indent=1) + "\n")
+    atomic_write_text(path, json.dumps(runs, indent=1) + "\n")
 
 
 def order_check(trace: Path, declared: list[str]) -> dict:
@@ -93,15 +103,17 @@ def order_check(trace: Path, declared: list[str]) -> dict:
             "standard_error": 1 / math.sqrt(k * (n - 1)), "max_place_z": max(z), "parameters": len(z)}
 
 
-def one(part: str, hog: bool) -> dict:
-    """One ``dlsched validate`` run at the defaults (with a busy loop beside it when ``hog``)."""
+def one(part: str, hog: bool, iterations: int | None = None) -> dict:
+    """One ``dlsched validate`` run at the defaults (with a busy loop beside it when ``hog``; with ``iterations``,
+    that many measured iterations instead of the default)."""
     from dlsched.importers.loader import load_model
     from dlsched.machine import cpu_model, load_averages
     model, mode = part.split("/")
     batch = BATCH[(model, mode)]
     with tempfile.TemporaryDirectory(prefix="dlsched-bench-") as tmp:
         cmd = [str(Path(sys.executable).with_name("dlsched")), "validate", MODELS[model], "--mode", mode,
-               "--batch", str(batch), "--orders", "random,tac", "--trace-out", tmp, "--json"]
+               "--batch", str(batch), "--orders", "random,tac", "--trace-out", tmp, "--json",
+               *(["--iterations", str(iterations)] if iterations else [])]
         hog_proc = subprocess.Popen([sys.executable, "-c", HOG]) if hog else None
         t0 = time.monotonic()
         try:
@@ -119,7 +131,7 @@ def one(part: str, hog: bool) -> dict:
     keep = ("measured_mean", "predicted_mean", "mean_error", "measured_p95", "predicted_p95", "p95_error",
             "measured_ratio", "predicted_ratio", "ratio_error", "measured_ratio_ci", "predicted_ratio_ci",
             "ratio_error_ci", "ratio_verdict", "replayed_mean", "measured_straggler", "predicted_straggler")
-    return {"part": part, "hog": hog, "rate": out["hosts"]["rate"], "cpu": cpu_model(), "load": load_averages(),
+    return {"part": part, "hog": hog, "iterations": iterations or 20, "rate": out["hosts"]["rate"], "cpu": cpu_model(), "load": load_averages(),
             "seconds": time.monotonic() - t0, "link_models": out["link_models"],
             "orders": {k: {x: v.get(x) for x in keep} for k, v in rows.items()},
             "compute_beside_transfers": out["oracle"]["compute_beside_transfers"], "order_check": check,
@@ -309,30 +321,55 @@ def report(runs: list) -> str:
     return "\n".join(lines) + "\n"
 
 
+def summary(runs: list) -> str:
+    """Each run's TAC/random error with its interval, and per configuration the errors' spread."""
+    lines = []
+    for part in PARTS:
+        for hog in (False, True):
+            mine = [x for x in runs if x["part"] == part and x["hog"] == hog and not x.get("discarded")]
+            if not mine:
+                continue
+            errs = [x["orders"]["tac"]["ratio_error"] for x in mine]
+            cis = ", ".join(f"{e:+.3f} [{x['orders']['tac']['ratio_error_ci'][0]:+.2f}, "
+                            f"{x['orders']['tac']['ratio_error_ci'][1]:+.2f}]" for e, x in zip(errs, mine))
+            means = max(abs(x["orders"][o]["mean_error"]) for x in mine for o in ("random", "tac"))
+            sd = statistics.stdev(errs) if len(errs) > 1 else math.nan
+            lines.append(f"{part}{' beside a busy loop' if hog else ''}, {mine[0]['iterations']} iterations: "
+                         f"ratio errors {cis}; sd {sd:.3f}; worst mean error {means:.1%}")
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--part", choices=PARTS + ["all"], default="all")
     ap.add_argument("--hog", action="store_true", help="the runs beside a CPU hog")
     ap.add_argument("--hog-runs", type=int, default=REPEATS, help=f"with --hog: runs per configuration [{REPEATS}]")
     ap.add_argument("--report", action="store_true", help="only write the report from the runs saved")
+    ap.add_argument("--iterations", type=int, default=None,
+                    help="measured iterations instead of the CLI's 20: how the error's spread shrinks with more; "
+                         "kept apart in validate_defaults_iterations{N}.json, summarised, not in the report")
     args = ap.parse_args()
+    path = _runs_file(args.iterations)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so a killed bench stops its CPU hog too
     if not args.report:
         if os.geteuid() != 0:
             print("SKIP: needs root (network namespaces)")
             return 0
         for part in PARTS if args.part == "all" else [args.part]:
-            runs = _load()
+            runs = _load(path)
             have = [x for x in runs if x["part"] == part and x["hog"] == args.hog and not x.get("discarded")]
             for _ in range((args.hog_runs if args.hog else REPEATS) - len(have)):
-                r = one(part, args.hog)
-                runs = _load() + [r]
-                _save(runs)
+                r = one(part, args.hog, args.iterations)
+                runs = _load(path) + [r]
+                _save(runs, path)
                 t = r["orders"]["tac"]
                 print(f"{part}{' (hog)' if args.hog else ''}: rate {r['rate']}, ratio {t['measured_ratio']:.3f} "
                       f"measured, {t['predicted_ratio']:.3f} predicted ({t['ratio_error']:+.3f}), random mean "
                       f"{r['orders']['random']['mean_error']:+.1%}, tac {t['mean_error']:+.1%}; "
                       f"{r['seconds']:.0f} s", flush=True)
+    if args.iterations is not None:
+        print(summary(_load(path)))
+        return 0
     from dlsched.atomic import atomic_write_text
     atomic_write_text(OUT / "validate_defaults.md", report(_load()))
     print((OUT / "validate_defaults.md").read_text())
