@@ -1,4 +1,4 @@
-"""Back-to-back profiles agree (docs/profiling.md, "Threads and noise"): pairs of BERT profiles, quiet and beside a busy loop.
+"""Back-to-back BERT profiles agree (docs/profiling.md, "Threads and noise"), quiet and beside a busy loop.
 
 What ``dlsched profile examples/hf_models.py:bert --mode training`` builds
 (407 ops of a few µs each, one intra-op thread, 5 timed runs, the minimum

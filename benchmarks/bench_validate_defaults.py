@@ -131,8 +131,9 @@ def one(part: str, hog: bool, iterations: int | None = None) -> dict:
     keep = ("measured_mean", "predicted_mean", "mean_error", "measured_p95", "predicted_p95", "p95_error",
             "measured_ratio", "predicted_ratio", "ratio_error", "measured_ratio_ci", "predicted_ratio_ci",
             "ratio_error_ci", "ratio_verdict", "replayed_mean", "measured_straggler", "predicted_straggler")
-    return {"part": part, "hog": hog, "iterations": iterations or 20, "rate": out["hosts"]["rate"], "cpu": cpu_model(), "load": load_averages(),
-            "seconds": time.monotonic() - t0, "link_models": out["link_models"],
+    return {"part": part, "hog": hog, "iterations": iterations or 20, "rate": out["hosts"]["rate"],
+            "cpu": cpu_model(), "load": load_averages(), "seconds": time.monotonic() - t0,
+            "link_models": out["link_models"],
             "orders": {k: {x: v.get(x) for x in keep} for k, v in rows.items()},
             "compute_beside_transfers": out["oracle"]["compute_beside_transfers"], "order_check": check,
             "background_cores": out["oracle"].get("background_cores"), "crowd": out["oracle"].get("crowd"),

@@ -264,8 +264,8 @@ def test_back_to_back_bert_profiles_agree():
     over 5 runs reached 100× their time (one profile of a pair took 326 ms against 3.4 ms). How closely profiles
     agree is a timing figure, measured in ``benchmarks/bench_profile_repeat.py``: on the 2-core Intel Xeon VM, quiet
     or beside a busy loop, a profile's total lands near 2.9 ms or near 4–5 ms from one profile to the next, and one
-    pair in about twenty differed by 2× or more; in CI, beside the other pytest worker, three pairs in a row
-    differed by 1.2–1.6×. Up to five pairs are measured, so one unlucky pair does not decide.
+    pair of the bench's 80 differed by 2.05×; in CI, beside the other pytest worker, three pairs in a row differed
+    by 1.2–1.6×. Up to five pairs are measured, so one unlucky pair does not decide.
     """
     from dlsched.answers.options import ModelSpec
     from dlsched.answers.profile import Timing, profile
