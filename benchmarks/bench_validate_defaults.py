@@ -275,27 +275,25 @@ def report(runs: list) -> str:
                   "TAC and TIC, random and unordered, are predicted within a few thousandths of each other here, "
                   "and the simulator is calibrated on the calibration iterations: the measured gap is how far two "
                   "sets of 20 iterations of orders that run alike fall apart in one job, a floor under the scored "
-                  "error of any prediction calibrated in that job.", "",
+                  "error of any prediction calibrated in that job. `r`: the correlation of the scored error with "
+                  "the measured gap over the runs (−1: the scored error is the gap, turned over); `error + gap`: "
+                  "what is left of the scored error once the gap is taken out, its sd and mean: the model's own "
+                  "error against the job's calibration iterations.", "",
                   "| runs | measured gap, sd | measured gap, median (range) | predicted gap, median (range) "
-                  "| scored error, sd | runs with \|measured gap\| > 0.05 | their scored errors |",
-                  "|---|---|---|---|---|---|---|"]
-
-        def gap(x, side):
-            c = x["calibration_check"]
-            return (x["orders"]["tac"][f"{side}_ratio"]
-                    - c["unordered"][side] / c["tic"][side])
-
+                  "| scored error, sd | r | error + gap, sd (mean) | runs with \|measured gap\| > 0.05 "
+                  "| their scored errors |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for hog in (False, True):
             mine = [x for x in checked if x["hog"] == hog]
             if len(mine) < 2:
                 continue
-            gm = [gap(x, "measured") for x in mine]
-            gp = [gap(x, "predicted") for x in mine]
-            es = [x["orders"]["tac"]["ratio_error"] for x in mine]
-            wide = [e for g, e in zip(gm, es) if abs(g) > 0.05]
-            lines.append(f"| {'beside a hog' if hog else 'quiet'}: {len(mine)} | {statistics.pstdev(gm):.3f} "
-                         f"| {_spread(gm)} | {_spread(gp)} | {statistics.pstdev(es):.3f} | {len(wide)} "
-                         f"| {', '.join(f'{e:+.3f}' for e in wide) or '-'} |")
+            g = gaps(mine)
+            wide = [e for gm, e in zip(g["measured"], g["errors"]) if abs(gm) > 0.05]
+            sd = statistics.pstdev
+            lines.append(f"| {'beside a hog' if hog else 'quiet'}: {len(mine)} | {sd(g['measured']):.3f} "
+                         f"| {_spread(g['measured'])} | {_spread(g['predicted'])} | {sd(g['errors']):.3f} "
+                         f"| {g['r']:+.2f} | {sd(g['left']):.3f} ({statistics.fmean(g['left']):+.3f}) "
+                         f"| {len(wide)} | {', '.join(f'{e:+.3f}' for e in wide) or '-'} |")
     lines += ["", "## Is the real unordered order uniform?", "",
               "Per run, over the `random` order's measured iterations (each worker's and server's send order): the "
               "mean Spearman correlation between a parameter's place in the send order and in the declaration order "
@@ -322,6 +320,21 @@ def report(runs: list) -> str:
     return "\n".join(lines) + "\n"
 
 
+def gaps(runs: list) -> dict:
+    """Per run (with a calibration check), the scored TAC/random ratio less the calibration iterations'
+    TIC/unordered one, measured and predicted; the scored ratio errors; what is left of each error with the
+    measured gap added back (``left``); and ``r``, the errors' correlation with the measured gaps."""
+    def gap(x, side):
+        c = x["calibration_check"]
+        return x["orders"]["tac"][f"{side}_ratio"] - c["unordered"][side] / c["tic"][side]
+
+    measured = [gap(x, "measured") for x in runs]
+    errors = [x["orders"]["tac"]["ratio_error"] for x in runs]
+    return {"measured": measured, "predicted": [gap(x, "predicted") for x in runs], "errors": errors,
+            "left": [e + g for e, g in zip(errors, measured)],
+            "r": statistics.correlation(errors, measured) if len(runs) > 2 else math.nan}
+
+
 def summary(runs: list) -> str:
     """Each run's TAC/random error with its interval, and per configuration the errors' spread."""
     lines = []
@@ -337,6 +350,15 @@ def summary(runs: list) -> str:
             sd = statistics.stdev(errs) if len(errs) > 1 else math.nan
             lines.append(f"{part}{' beside a busy loop' if hog else ''}, {mine[0]['iterations']} iterations: "
                          f"ratio errors {cis}; sd {sd:.3f}; worst mean error {means:.1%}")
+    for hog in (False, True):
+        mine = [x for x in runs if x["hog"] == hog and x.get("calibration_check") and not x.get("discarded")]
+        if len(mine) > 2:
+            g, sd, mean = gaps(mine), statistics.pstdev, statistics.fmean
+            lines.append(f"{len(mine)} runs{' beside a busy loop' if hog else ''}: measured gap (scored TAC/random "
+                         f"less calibration TIC/unordered) sd {sd(g['measured']):.3f}, "
+                         f"mean {mean(g['measured']):+.3f}; scored error sd {sd(g['errors']):.3f}, "
+                         f"r {g['r']:+.2f} with the gap; error + gap sd {sd(g['left']):.3f}, "
+                         f"mean {mean(g['left']):+.3f}")
     return "\n".join(lines)
 
 
