@@ -106,6 +106,7 @@ def order_check(trace: Path, declared: list[str]) -> dict:
 def one(part: str, hog: bool, iterations: int | None = None) -> dict:
     """One ``dlsched validate`` run at the defaults (with a busy loop beside it when ``hog``; with ``iterations``,
     that many measured iterations instead of the default)."""
+    from dlsched.answers.validate import Schedule
     from dlsched.importers.loader import load_model
     from dlsched.machine import cpu_model, load_averages
     model, mode = part.split("/")
@@ -131,7 +132,7 @@ def one(part: str, hog: bool, iterations: int | None = None) -> dict:
     keep = ("measured_mean", "predicted_mean", "mean_error", "measured_p95", "predicted_p95", "p95_error",
             "measured_ratio", "predicted_ratio", "ratio_error", "measured_ratio_ci", "predicted_ratio_ci",
             "ratio_error_ci", "ratio_verdict", "replayed_mean", "measured_straggler", "predicted_straggler")
-    return {"part": part, "hog": hog, "iterations": iterations or 20, "rate": out["hosts"]["rate"],
+    return {"part": part, "hog": hog, "iterations": iterations or Schedule.iterations, "rate": out["hosts"]["rate"],
             "cpu": cpu_model(), "load": load_averages(), "seconds": time.monotonic() - t0,
             "link_models": out["link_models"],
             "orders": {k: {x: v.get(x) for x in keep} for k, v in rows.items()},
@@ -336,7 +337,8 @@ def gaps(runs: list) -> dict:
 
 
 def summary(runs: list) -> str:
-    """Each run's TAC/random error with its interval, and per configuration the errors' spread."""
+    """Each run's TAC/random error with its interval, per configuration the errors' spread, and over the runs
+    quiet and beside a busy loop the measured gap's spread and lean and what it leaves of the error (:func:`gaps`)."""
     lines = []
     for part in PARTS:
         for hog in (False, True):
