@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dlsched.analyses.collective_cost import ring_allreduce
+from dlsched.answers.validate import paired_gain
 from dlsched.jobs.ddp_validate_run import allreduce_sizes, fit_ring, pick_ddp_rate
 from dlsched.jobs.interleave import rotation
 from dlsched.runtime import netns
@@ -55,6 +56,16 @@ def test_rotation_is_a_permutation_and_every_slot_leads_in_turn(slots, r):
     from dlsched.jobs.interleave import balanced_rounds
     cycle = len(balanced_rounds(len(slots)))  # any whole cycle of rounds: every slot leads equally often
     assert set(Counter(rotation(slots, k)[0] for k in range(r, r + cycle)).values()) == {cycle // len(slots)}
+
+
+@given(st.lists(st.tuples(st.floats(0.1, 10), st.floats(0.1, 10), st.floats(0.2, 5)), min_size=1, max_size=12))
+def test_paired_gain_ignores_the_pace_of_each_round(rounds):
+    """A round's pace scales both of its blocks alike and leaves the gain as it is; the gain lies among the
+    rounds' own ratios."""
+    ddp, ordered, pace = (list(x) for x in zip(*rounds))
+    g, per = paired_gain(ddp, ordered)
+    g2, _ = paired_gain([d * c for d, c in zip(ddp, pace)], [o * c for o, c in zip(ordered, pace)])
+    assert g2 == pytest.approx(g) and min(per) <= g <= max(per) and len(per) == len(rounds)
 
 
 def test_rate_balances_the_ring_against_compute():
@@ -108,6 +119,9 @@ def test_small_real_ddp_sweep_through_the_cli(capsys):
     assert rec["label"] in by and rec["bound"] in ("compute-bound", "latency-bound", "bandwidth-bound")
     o = d["ordered"]
     assert o["measured_ddp"] > 0 and o["measured_ordered"] > 0 and o["blocks"] == 3
+    # the gain is paired by round: DDP's block over the ordered block of the same round, the median
+    per = [d / x for d, x in zip(o["block_periods"]["ddp"], o["block_periods"]["ordered"])]
+    assert o["paired_gains"] == pytest.approx(per) and o["measured_gain"] == pytest.approx(sorted(per)[1])
     assert o["max_param_diff"] <= 1e-6  # the ordered replica trained exactly as DDP's
     # each piece is charged what one of the stream's collectives cost beside backward beyond one alone
     assert 0 <= o["piece_cost_s"] < 1.0 and o["piece_gap_s"] >= 0

@@ -64,7 +64,8 @@ def render_ddp(out: dict) -> None:
     if o:
         console.print(column_table(
             f"stock DDP (bucket_cap_mb={o['bucket_cap_mb']}) against the ordered all-reduce ({o['pieces']} pieces), "
-            f"{o['blocks']} blocks of {o['block']} steps each",
+            f"{o['blocks']} blocks of {o['block']} steps each; the gain is the median over rounds of DDP's block "
+            "over the ordered block beside it",
             ("", "measured", "predicted"),
             [("DDP step", fmt_seconds(o["measured_ddp"]), fmt_seconds(o["predicted_ddp"])),
              ("ordered step", fmt_seconds(o["measured_ordered"]), fmt_seconds(o["predicted_ordered"])),

@@ -135,6 +135,8 @@ class CapRow:
     measured_p95: float
     predicted: float
     figures: dict = field(default_factory=dict)
+    #: the measured steps, one per round (the slowest rank's), in the order they ran
+    steps: list = field(default_factory=list)
 
     @property
     def error(self) -> float:
@@ -236,7 +238,8 @@ def run_ddp_validation(model: str, *, workers: int = 2, rate: str | None = "auto
     for c in plan.caps:
         measured = run.step_times(slot_name(c.bucket_cap_mb))
         rows.append(CapRow(c.bucket_cap_mb, c.buckets, float(measured.mean()), float(np.median(measured)),
-                           float(np.percentile(measured, 95)), c.step.step_s, c.step.figures()))
+                           float(np.percentile(measured, 95)), c.step.step_s, c.step.figures(),
+                           [float(x) for x in measured]))
     timed = {"bytes": list(run.allreduce_bytes), "seconds": [float(s) for s in run.allreduce_s.mean(axis=1)]}
     return DDPValidation(model, workers, batch, threads, host_info, rows, net, timed, compute, optimizer, scale,
                          iterations, time.monotonic() - t0, plan, measured_ordered, contention,
