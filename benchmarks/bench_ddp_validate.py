@@ -92,7 +92,7 @@ def _spread(values) -> dict:
 
 def summarise(parts: dict) -> dict:
     out = {}
-    for part, runs in parts.items():
+    for part, runs in sorted(parts.items(), key=lambda kv: PARTS.index(kv[0])):
         labels = [c["label"] for c in runs[0]["caps"]]
         caps = {}
         for lab in labels:

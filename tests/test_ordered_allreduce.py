@@ -110,6 +110,10 @@ def test_records_hold_each_piece_in_order_and_each_update(equal_job):
                     if i:
                         assert ps[i - 1][1] <= issued, (name, s["step"], i)
                 assert 0 <= s["first_layer_s"] and s["backward_end_s"] >= max(s["ready_s"].values())
+                # the training thread's CPU time lies within the wall time of its forward and backward, and
+                # within the whole process's
+                wall = s["backward_end_s"] - s["first_layer_s"]
+                assert 0 < s["compute_cpu_s"] <= wall + 0.01 and s["compute_cpu_s"] <= s["process_cpu_s"] + 1e-6
                 # a parameter is updated after its last piece landed
                 last = {n: s["pieces"][i][1] for i, pc in enumerate(pieces) for n, _, _ in pc}
                 assert all(s["updated_s"][n] >= last[n] for n in names)

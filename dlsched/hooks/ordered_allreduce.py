@@ -104,7 +104,9 @@ class StepRecord:
     parameter was updated; ``next_forward_s``: when the next step's forward was called, and
     ``next_first_layer_s`` when it could start (its first pre-hook returned); ``None`` for the last step;
     ``started_at``: the step's start itself (``time.perf_counter()``), which lines up the records of ranks on
-    one machine.
+    one machine; ``compute_cpu_s``: CPU seconds the training thread got from the first layer's start to
+    backward's end, and ``process_cpu_s`` those of the whole process (its other threads: this hook's, gloo's),
+    beside the wall time between the two (a rank whose wall time outruns them waited for a core).
     """
 
     step: int
@@ -117,6 +119,14 @@ class StepRecord:
     next_forward_s: float | None = None
     next_first_layer_s: float | None = None
     started_at: float | None = None
+    compute_cpu_s: float | None = None
+    process_cpu_s: float | None = None
+
+
+def _cpu(raw: dict) -> tuple:
+    """``(compute_cpu_s, process_cpu_s)`` of a step's raw record, ``(None, None)`` where it lacks an end."""
+    a, b = raw.get("first_layer_cpu"), raw.get("backward_end_cpu")
+    return (None, None) if a is None or b is None else (b[0] - a[0], b[1] - a[1])
 
 
 def _failure(msg: str, exc: BaseException) -> OrderedAllreduceError:
@@ -360,6 +370,7 @@ class OrderedAllreduce:
         self._backwards += 1
         with self._cond:
             self._raw_step(k)["backward_end"] = t
+            self._raw_step(k)["backward_end_cpu"] = (time.thread_time(), time.process_time())
             missing = [n for n, c in self.ready.items() if c <= k]
             if missing and self.error is None:
                 shown = ", ".join(map(repr, missing[:MAX_LISTED])) + (" …" if len(missing) > MAX_LISTED else "")
@@ -390,6 +401,7 @@ class OrderedAllreduce:
             raw["blocked"] += done - t
             if first:
                 raw["first_layer"] = done
+                raw["first_layer_cpu"] = (time.thread_time(), time.process_time())
                 if k > 0:
                     self._raw_step(k - 1)["next_first_layer"] = done
 
@@ -484,7 +496,7 @@ class OrderedAllreduce:
                 k, r["blocked"], rel(r.get("first_layer")), rel(r.get("backward_end")),
                 {n: t - t0 for n, t in r["ready"].items()}, [[a - t0, b - t0] for a, b in r["pieces"]],
                 {n: t - t0 for n, t in r["updated"].items()}, rel(r.get("next_forward")),
-                rel(r.get("next_first_layer")), t0))
+                rel(r.get("next_first_layer")), t0, *_cpu(r)))
         return out
 
     # -- the communication thread ------------------------------------------------------------------
