@@ -48,11 +48,11 @@ BATCH = {"vgg_mid": 48, "transformer": 24}
 PARTS = [f"{m}/{p}" for m in MODELS for p in (2, 4)] + ["vgg_mid/2/200mbit", "transformer/2/150mbit",
                                                         "vgg_mid/2/1200mbit"]
 ITERATIONS, WARMUP, REPEATS = 5, 2, 3
-#: the no-gain part's clause is ±0.03: there one round's ratio of DDP's block to the ordered one scattered with
-#: sd 0.069 (20 rounds, 2026-11-28), so the median of 5 rounds scatters by about 0.04 and of 20 by about 0.02
+#: the no-gain part's clause is ±0.03: there one round's ratio of DDP's block to the ordered one scatters with
+#: sd 0.08–0.16 (2026-11-28), so the median of 5 rounds scatters by about 0.06 and of 20 by about 0.03
 PART_ITERATIONS = {"vgg_mid/2/1200mbit": 20}
-#: item 4's two parts run more repeats: at 20 rounds the no-gain part's gain moved between jobs by more than its
-#: ±0.03 clause (0.926–1.052 in six jobs, 2026-11-28), and the largest gain's error sat at the ±0.05 edge
+#: item 4's two parts run more repeats: even at 20 rounds one job's gain is good to about the no-gain clause's
+#: ±0.03, and the largest gain's error sat at the ±0.05 edge in 3 repeats
 PART_REPEATS = {"vgg_mid/2/1200mbit": 9, "vgg_mid/2": 6}
 #: caps (MiB) run besides DDP's default: 1 MiB, two between, and one cap that holds the whole model (a
 #: repeat of 4 workers runs about 9 minutes on the 2-core machine; every power of two doubled it)
