@@ -126,17 +126,26 @@ def allreduce_sizes(model_bytes: float) -> list[int]:
 
 @dataclass
 class CapRow:
-    """One cap: the buckets DDP made, measured and predicted step time (seconds) and the error."""
+    """One cap: the buckets DDP made, the measured steps (seconds, one per round: the slowest rank's, in the
+    order they ran), the predicted step and the error of the prediction against their mean."""
 
     cap_mb: float | None
     buckets: int
-    measured_mean: float
-    measured_median: float
-    measured_p95: float
+    steps: list
     predicted: float
     figures: dict = field(default_factory=dict)
-    #: the measured steps, one per round (the slowest rank's), in the order they ran
-    steps: list = field(default_factory=list)
+
+    @property
+    def measured_mean(self) -> float:
+        return float(np.mean(self.steps))
+
+    @property
+    def measured_median(self) -> float:
+        return float(np.median(self.steps))
+
+    @property
+    def measured_p95(self) -> float:
+        return float(np.percentile(self.steps, 95))
 
     @property
     def error(self) -> float:
@@ -237,9 +246,8 @@ def run_ddp_validation(model: str, *, workers: int = 2, rate: str | None = "auto
     rows = []
     for c in plan.caps:
         measured = run.step_times(slot_name(c.bucket_cap_mb))
-        rows.append(CapRow(c.bucket_cap_mb, c.buckets, float(measured.mean()), float(np.median(measured)),
-                           float(np.percentile(measured, 95)), c.step.step_s, c.step.figures(),
-                           [float(x) for x in measured]))
+        rows.append(CapRow(c.bucket_cap_mb, c.buckets, [float(x) for x in measured], c.step.step_s,
+                           c.step.figures()))
     timed = {"bytes": list(run.allreduce_bytes), "seconds": [float(s) for s in run.allreduce_s.mean(axis=1)]}
     return DDPValidation(model, workers, batch, threads, host_info, rows, net, timed, compute, optimizer, scale,
                          iterations, time.monotonic() - t0, plan, measured_ordered, contention,
