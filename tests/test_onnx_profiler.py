@@ -1,7 +1,6 @@
 """onnxruntime per-node profiler: coverage, statistics, sanity against plain runs."""
 from __future__ import annotations
 
-import statistics
 import time
 
 import numpy as np
@@ -15,8 +14,9 @@ from dlsched.formats.oracle_file import COLUMNS
 
 
 def _plain_wall(path, feeds, runs=5):
-    """Median wall time of ``runs`` session.run calls, same configuration (one intra-op thread, as the profiler's
-    default) but no profiling."""
+    """Shortest wall time of ``runs`` session.run calls, same configuration (one intra-op thread, as the
+    profiler's default) but no profiling: the minimum, as the per-op times it is set against (a CI machine at
+    twice its usual pace ran the median at 2.08 s beside 0.90 s of per-op minima, a ratio of 0.43)."""
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 3
@@ -28,7 +28,7 @@ def _plain_wall(path, feeds, runs=5):
         t0 = time.perf_counter()
         sess.run(None, feeds)
         walls.append(time.perf_counter() - t0)
-    return statistics.median(walls)
+    return min(walls)
 
 
 @pytest.mark.slow
@@ -50,7 +50,7 @@ def test_resnet50_cpu_profile(onnx_resnet50):
     wall = _plain_wall(onnx_resnet50, feeds)
     ratio = df.time.sum() / wall
     print(f"\nResNet-50 b=8: sum of per-op minima {df.time.sum() * 1e3:.1f} ms, "
-          f"plain median wall {wall * 1e3:.1f} ms, ratio {ratio:.2f}")
+          f"plain shortest wall {wall * 1e3:.1f} ms, ratio {ratio:.2f}")
     assert 0.6 <= ratio <= 1.6
 
 
