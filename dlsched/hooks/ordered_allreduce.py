@@ -401,7 +401,10 @@ class OrderedAllreduce:
             raw["blocked"] += done - t
             if first:
                 raw["first_layer"] = done
-                raw["first_layer_cpu"] = (time.thread_time(), time.process_time())
+                # the process's clock is read first here and last at backward's end, so its span holds the
+                # thread's
+                process = time.process_time()
+                raw["first_layer_cpu"] = (time.thread_time(), process)
                 if k > 0:
                     self._raw_step(k - 1)["next_first_layer"] = done
 
